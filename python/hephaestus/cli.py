@@ -1,0 +1,106 @@
+"""Command line -> TrainConfig. Bad input becomes a one-line error and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hephaestus.config import TrainConfig
+
+DEFAULTS = TrainConfig()
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints the whole usage on an error; users asked for the one line that matters."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def number(text: str) -> int:
+    """Accept 1e8, 1_000_000, 5e5 for step counts."""
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value != int(value):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return int(value)
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    d = DEFAULTS
+    g = p.add_argument_group("environment")
+    g.add_argument("--env", default=d.env, help="hackmatrix, gymnax:<id> (e.g. gymnax:CartPole-v1), jumanji:<id> "
+                   "(e.g. jumanji:Snake-v1) or craftax:<id> (default: %(default)s)")
+    g.add_argument("--num-envs", type=int, default=d.num_envs,
+                   help="parallel environments, global across devices (default: %(default)s)")
+    g.add_argument("--num-steps", type=int, default=d.num_steps,
+                   help="steps per env per rollout; batch = num-envs x num-steps (default: %(default)s)")
+    g.add_argument("--total-timesteps", type=number, default=d.total_timesteps,
+                   help="env steps to train for; accepts 1e8 (default: %(default)s)")
+
+    g = p.add_argument_group("PPO")
+    g.add_argument("--lr", type=float, default=d.lr, help="Adam learning rate (default: %(default)s)")
+    g.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=d.anneal_lr,
+                   help="decay the learning rate linearly to 0 over the run (default: on)")
+    g.add_argument("--gamma", type=float, default=d.gamma, help="discount factor (default: %(default)s)")
+    g.add_argument("--gae-lambda", type=float, default=d.gae_lambda, help="GAE lambda (default: %(default)s)")
+    g.add_argument("--num-minibatches", type=int, default=None,
+                   help=f"minibatches per epoch (default {d.num_minibatches}; auto-scaled for batches over "
+                        "32,768 unless this or --update-epochs is set)")
+    g.add_argument("--update-epochs", type=int, default=None,
+                   help=f"passes over each batch (default {d.update_epochs}; auto-scaled, see above)")
+    g.add_argument("--clip-eps", type=float, default=d.clip_eps, help="PPO ratio clip (default: %(default)s)")
+    g.add_argument("--vf-coef", type=float, default=d.vf_coef, help="value loss weight (default: %(default)s)")
+    g.add_argument("--ent-coef", type=float, default=d.ent_coef, help="entropy bonus weight (default: %(default)s)")
+    g.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm,
+                   help="global gradient-norm clip (default: %(default)s)")
+
+    g = p.add_argument_group("network")
+    g.add_argument("--hidden-dim", type=int, default=d.hidden_dim, help="MLP width (default: %(default)s)")
+    g.add_argument("--num-layers", type=int, default=d.num_layers, help="MLP hidden layers (default: %(default)s)")
+    g.add_argument("--activation", choices=("tanh", "relu"), default=d.activation,
+                   help="hidden activation (default: %(default)s)")
+    g.add_argument("--dtype", choices=("float32", "bfloat16"), default=d.dtype,
+                   help="matmul dtype; parameters and reductions stay float32 (default: %(default)s)")
+    g.add_argument("--extra-stages", default="",
+                   help="comma-separated extra pipeline stages, e.g. reward_bonus (default: none)")
+
+    g = p.add_argument_group("run")
+    g.add_argument("--seed", type=int, default=d.seed, help="PRNG seed (default: %(default)s)")
+    g.add_argument("--log-interval", type=int, default=d.log_interval,
+                   help="PPO updates per compiled chunk, i.e. per console line (default: %(default)s)")
+    g.add_argument("--run-name", default="", help="name of the run and of checkpoints/<run-name>/ "
+                   "(default: <env>_s<seed>)")
+    g.add_argument("--checkpoint-dir", default=d.checkpoint_dir,
+                   help="where run folders go (default: %(default)s)")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    d = DEFAULTS
+    extra = tuple(s.strip() for s in args.extra_stages.split(",") if s.strip())
+    return TrainConfig(
+        env=args.env, num_envs=args.num_envs, num_steps=args.num_steps, total_timesteps=args.total_timesteps,
+        lr=args.lr, anneal_lr=args.anneal_lr, gamma=args.gamma, gae_lambda=args.gae_lambda,
+        num_minibatches=args.num_minibatches if args.num_minibatches is not None else d.num_minibatches,
+        update_epochs=args.update_epochs if args.update_epochs is not None else d.update_epochs,
+        user_set_minibatches=args.num_minibatches is not None, user_set_epochs=args.update_epochs is not None,
+        clip_eps=args.clip_eps, vf_coef=args.vf_coef, ent_coef=args.ent_coef, max_grad_norm=args.max_grad_norm,
+        hidden_dim=args.hidden_dim, num_layers=args.num_layers, activation=args.activation, dtype=args.dtype,
+        extra_stages=extra, seed=args.seed, log_interval=args.log_interval, run_name=args.run_name,
+        checkpoint_dir=args.checkpoint_dir)
+
+
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog="train_purejaxrl.py",
+                      description="Train PPO with the whole loop (env, rollout, GAE, update) compiled into one "
+                                  "XLA program. Prints one line per chunk and writes "
+                                  "<checkpoint-dir>/<run-name>/metrics.jsonl.")
+    add_train_arguments(p)
+    return p
+
+
+def fail(message: str, code: int = 2):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(code)

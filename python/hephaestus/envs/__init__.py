@@ -1,0 +1,1 @@
+"""Environments: one adapter boundary (adapters.py) and a name registry (registry.py)."""

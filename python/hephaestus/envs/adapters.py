@@ -1,0 +1,192 @@
+"""The one adapter boundary: every environment family becomes the same pure, single-env interface.
+
+    reset(key)                 -> (env_state, EnvStep)
+    step(key, env_state, act)  -> (env_state, EnvStep)
+
+`EnvStep.obs` is the flat float observation the *next* action is chosen from (already auto-reset when an
+episode ended), `final_obs` is the observation the episode ended on (equal to `obs` otherwise), so GAE can
+bootstrap from it on truncation. `terminated` and `truncated` are exclusive: a step that both reaches a
+terminal state and the time limit is a termination (no bootstrap). Pytree/dict observations are flattened
+here; a leaf named `action_mask` is taken out and becomes `EnvStep.action_mask`.
+
+gymnax 1.x (`step_env` + `is_truncated` + `reset_env`), jumanji (`TimeStep`) and craftax (gymnax-style with a
+five-tuple `step`) all pass through here and nowhere else. The pipeline vmaps these functions over envs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+MASK_KEY = "action_mask"
+
+
+@struct.dataclass
+class EnvStep:
+    obs: jax.Array  # float32[obs_dim], after auto-reset
+    action_mask: jax.Array  # bool[num_actions] for `obs` (all True for unmasked or continuous envs)
+    reward: jax.Array  # float32[]
+    terminated: jax.Array  # bool[]
+    truncated: jax.Array  # bool[]
+    final_obs: jax.Array  # float32[obs_dim], the observation the step landed on, before any reset
+    info: dict  # env-specific extras; `reward_terms` (dict of float32[]) and `stage` are logged
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Static facts about an adapted environment (not a pytree: it shapes the compiled program)."""
+
+    name: str
+    obs_dim: int
+    discrete: bool
+    action_dim: int  # number of actions (discrete) or action vector length (continuous)
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
+    has_action_mask: bool = False
+    obs_dtype: Any = jnp.float32
+
+
+@dataclass(frozen=True)
+class AdaptedEnv:
+    spec: EnvSpec
+    reset: Callable[[jax.Array], tuple[Any, EnvStep]]
+    step: Callable[[jax.Array, Any, jax.Array], tuple[Any, EnvStep]]
+    raw_env: Any = None  # the underlying environment, for renderers and tools
+    raw_params: Any = None
+
+
+def split_observation(obs: Any) -> tuple[jax.Array, jax.Array | None]:
+    """Flatten an observation pytree to float32[obs_dim]; pull out its action mask if it has one."""
+    mask = None
+    if isinstance(obs, dict) and MASK_KEY in obs:
+        mask = obs[MASK_KEY]
+        obs = {k: v for k, v in obs.items() if k != MASK_KEY}
+    elif hasattr(obs, MASK_KEY) and hasattr(obs, "_replace"):  # jumanji NamedTuple observations
+        mask = getattr(obs, MASK_KEY)
+        obs = {k: v for k, v in obs._asdict().items() if k != MASK_KEY}
+    leaves = jax.tree_util.tree_leaves(obs)
+    flat = jnp.concatenate([jnp.ravel(leaf).astype(jnp.float32) for leaf in leaves])
+    if mask is not None:
+        mask = jnp.ravel(mask).astype(bool)
+    return flat, mask
+
+
+def _finish(spec: EnvSpec, obs_tree, reward, terminated, truncated, final_tree, info) -> EnvStep:
+    obs, mask = split_observation(obs_tree)
+    final_obs, _ = split_observation(final_tree)
+    if mask is None:
+        mask = jnp.ones((spec.action_dim if spec.discrete else 1,), bool)
+    terminated = jnp.asarray(terminated, bool)
+    truncated = jnp.logical_and(jnp.asarray(truncated, bool), ~terminated)
+    return EnvStep(obs=obs, action_mask=mask, reward=jnp.asarray(reward, jnp.float32), terminated=terminated,
+                   truncated=truncated, final_obs=final_obs, info=info)
+
+
+def _select(done, if_done, if_not):
+    return jax.tree.map(lambda a, b: jax.lax.select(done, a, b), if_done, if_not)
+
+
+def _probe_spec(name, reset_fn, discrete, action_dim, low=(), high=()) -> EnvSpec:
+    obs_tree = jax.eval_shape(reset_fn, jax.random.key(0))[1]
+    flat, mask = jax.eval_shape(split_observation, obs_tree)
+    return EnvSpec(name=name, obs_dim=int(flat.shape[0]), discrete=discrete, action_dim=action_dim,
+                   action_low=tuple(low), action_high=tuple(high), has_action_mask=mask is not None)
+
+
+def _info_extras(info: dict) -> dict:
+    """Keep only the info entries the pipeline knows how to aggregate (fixed, small, scalar-valued)."""
+    keep = {}
+    if "reward_terms" in info:
+        keep["reward_terms"] = {k: jnp.asarray(v, jnp.float32) for k, v in info["reward_terms"].items()}
+    if "stage" in info:
+        keep["stage"] = jnp.asarray(info["stage"], jnp.int32)
+    return keep
+
+
+def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv:
+    """gymnax-style envs (gymnax 1.x, HackMatrix, craftax). Uses `step_env`/`reset_env` and does the
+    auto-reset here, so truncation and the final observation are handled the same for all of them."""
+    from gymnax.environments import spaces
+
+    space = env.action_space(params)
+    if isinstance(space, spaces.Discrete):
+        discrete, action_dim, low, high = True, int(space.n), (), ()
+    elif isinstance(space, spaces.Box):
+        discrete = False
+        action_dim = int(jnp.prod(jnp.array(space.shape))) if space.shape else 1
+        low = tuple(float(x) for x in jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), (action_dim,)))
+        high = tuple(float(x) for x in jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), (action_dim,)))
+    else:
+        raise ValueError(f"{name}: unsupported action space {type(space).__name__}")
+
+    def raw_reset(key):
+        obs, state = env.reset_env(key, params)
+        return state, obs
+
+    spec = _probe_spec(name, raw_reset, discrete, action_dim, low, high)
+
+    def reset(key):
+        state, obs_tree = raw_reset(key)
+        zero = jnp.zeros((), bool)
+        return state, _finish(spec, obs_tree, 0.0, zero, zero, obs_tree, {})
+
+    def step(key, state, action):
+        key_step, key_reset = jax.random.split(key)
+        if not discrete and not getattr(space, "shape", ()):
+            action = action.reshape(())
+        out = env.step_env(key_step, state, action, params)
+        obs_tree, next_state, reward, done, info = out
+        if five_tuple:  # craftax: `done` already merges termination and the time limit
+            truncated = env.is_truncated(next_state, params) if hasattr(env, "is_truncated") else False
+            terminated = jnp.logical_and(done, ~jnp.asarray(truncated, bool))
+        else:
+            terminated = done
+            truncated = env.is_truncated(next_state, params)
+        finished = jnp.logical_or(terminated, truncated)
+        reset_obs, reset_state = env.reset_env(key_reset, params)
+        new_state = _select(finished, reset_state, next_state)
+        new_obs = _select(finished, reset_obs, obs_tree)
+        return new_state, _finish(spec, new_obs, reward, terminated, truncated, obs_tree, _info_extras(info))
+
+    return AdaptedEnv(spec=spec, reset=reset, step=step, raw_env=env, raw_params=params)
+
+
+def adapt_jumanji(env, name: str) -> AdaptedEnv:
+    """jumanji envs: `TimeStep` with `discount == 0` on termination, `> 0` on truncation."""
+    import numpy as np
+
+    action_spec = env.action_spec
+    if not hasattr(action_spec, "num_values"):
+        raise ValueError(f"{name}: only discrete jumanji action specs are supported")
+    num_values = np.asarray(action_spec.num_values)
+    if num_values.ndim != 0:
+        raise ValueError(f"{name}: multi-discrete jumanji action specs are not supported yet")
+    action_dim = int(num_values)
+
+    def raw_reset(key):
+        state, timestep = env.reset(key)
+        return state, timestep.observation
+
+    spec = _probe_spec(name, raw_reset, True, action_dim)
+
+    def reset(key):
+        state, obs_tree = raw_reset(key)
+        zero = jnp.zeros((), bool)
+        return state, _finish(spec, obs_tree, 0.0, zero, zero, obs_tree, {})
+
+    def step(key, state, action):
+        next_state, timestep = env.step(state, action.astype(jnp.int32))
+        last = timestep.last()
+        terminated = jnp.logical_and(last, timestep.discount == 0)
+        truncated = jnp.logical_and(last, timestep.discount != 0)
+        reset_state, reset_ts = env.reset(key)
+        new_state = _select(last, reset_state, next_state)
+        new_obs = _select(last, reset_ts.observation, timestep.observation)
+        return new_state, _finish(spec, new_obs, timestep.reward, terminated, truncated, timestep.observation,
+                                  _info_extras(timestep.extras or {}))
+
+    return AdaptedEnv(spec=spec, reset=reset, step=step, raw_env=env)

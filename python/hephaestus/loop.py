@@ -1,0 +1,111 @@
+"""The Python loop: the only place that prints, logs or saves.
+
+It runs compiled chunks until `total_timesteps` is reached, times them, reduces each chunk's metrics to one
+record and hands the record to every sink. `hooks` (checkpointing, signal handling) see the runner state after
+each chunk and at the end; they never run inside the compiled program.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import jax
+import numpy as np
+
+from hephaestus.sinks import HealthMonitor, chunk_reduce
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot go on (fully masked actions, non-finite loss); the message is one line."""
+
+
+class Hook(Protocol):
+    def after_chunk(self, runner_state, record: dict) -> bool: ...  # return True to stop the loop
+    def at_end(self, runner_state, record: dict | None) -> None: ...
+
+
+def default_cache_dir() -> str:
+    """`JAX_COMPILATION_CACHE_DIR` if set, else `.jax_cache/` in the project checkout (git-ignored)."""
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return os.environ["JAX_COMPILATION_CACHE_DIR"]
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").exists():
+        return str(root / ".jax_cache")
+    return str(Path.home() / ".cache" / "hephaestus" / "jax")
+
+
+def enable_compilation_cache(path: str | None = None) -> str:
+    path = path or default_cache_dir()
+    os.makedirs(path, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", path)
+    # Cache every program that took noticeable time, including the small CPU ones.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
+
+
+@dataclass
+class LoopResult:
+    runner_state: Any
+    records: list = field(default_factory=list)
+    compile_seconds: float = 0.0
+    stopped_early: bool = False
+
+
+def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print) -> LoopResult:
+    config = trainer.config
+    runner = trainer.runner_state
+    steps_per_update = config.batch_size
+    done_updates = int(jax.device_get(runner.update_step))
+    total_updates = config.num_updates
+    health = HealthMonitor()
+    result = LoopResult(runner_state=runner)
+    compiled = None
+    start_updates = done_updates
+    run_seconds = 0.0
+    record = None
+
+    while done_updates < total_updates:
+        n = min(config.log_interval, total_updates - done_updates)
+        if compiled is None:
+            t0 = time.perf_counter()
+            compiled = trainer.compiled_chunk.lower(runner, np.int32(n)).compile()
+            result.compile_seconds = time.perf_counter() - t0
+            message(f"compile: {result.compile_seconds:.1f}s (chunk of {config.log_interval} updates)")
+        t0 = time.perf_counter()
+        runner, metrics = compiled(runner, np.int32(n))
+        metrics = jax.tree.map(lambda x: x[:n], jax.device_get(metrics))
+        seconds = time.perf_counter() - t0
+        run_seconds += seconds
+        done_updates += n
+
+        masked = float(np.sum(metrics["fully_masked_rows"]))
+        if masked:
+            raise TrainingError(f"the environment produced {masked:.0f} observations with no valid action "
+                                f"(fully masked action mask) before update {done_updates}")
+        record = {"update": done_updates, "env_steps": done_updates * steps_per_update,
+                  "total_env_steps": total_updates * steps_per_update, "wall_seconds": run_seconds,
+                  "steps_per_second": n * steps_per_update / max(seconds, 1e-9)}
+        avg_sps = (done_updates - start_updates) * steps_per_update / max(run_seconds, 1e-9)
+        record["eta_seconds"] = (total_updates - done_updates) * steps_per_update / max(avg_sps, 1e-9)
+        record.update(chunk_reduce(metrics))
+        result.records.append(record)
+        for sink in sinks:
+            sink.write(record)
+        for warning in health.check(record):
+            message(warning)
+        stop = False
+        for hook in hooks:
+            stop = bool(hook.after_chunk(runner, record)) or stop
+        if stop:
+            result.stopped_early = True
+            break
+
+    for hook in hooks:
+        hook.at_end(runner, record)
+    result.runner_state = runner
+    return result

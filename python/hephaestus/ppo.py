@@ -1,0 +1,324 @@
+"""PPO, fully jitted: `make_train(config)` -> initial runner state + `train_chunk(runner_state)`.
+
+Read top to bottom: the rollout stage (a `lax.scan` over `num_steps` of vectorised env steps), the
+advantage stage (GAE, a reverse `lax.scan`), the PPO update stage (`update_epochs` x `num_minibatches`
+scans over a fresh shuffle of indices each epoch), then `one_update`, which threads one batch through the
+stage list, and `train_chunk`, which scans `log_interval` updates. Extra stages (stages.py) slot in between
+without touching this file. No host callbacks: metrics come back as arrays and the Python loop logs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+from flax.training.train_state import TrainState
+
+from hephaestus import networks as nets
+from hephaestus.config import TrainConfig
+from hephaestus.envs.adapters import AdaptedEnv
+from hephaestus.envs.registry import make_env
+from hephaestus.stages import Stage, StageContext, build_pipeline
+
+# Per-update metrics every run returns (stages add their own keys).
+CORE_METRICS = ("mean_episode_return", "mean_episode_length", "num_episodes", "entropy", "approx_kl",
+                "clip_frac", "pg_loss", "vf_loss", "total_loss", "explained_variance", "grad_norm",
+                "learning_rate", "fully_masked_rows")
+
+
+@struct.dataclass
+class RolloutState:
+    env_state: Any
+    obs: jax.Array  # [N, obs_dim] observation the next action is chosen from
+    action_mask: jax.Array  # [N, A]
+    episode_return: jax.Array  # [N] running return of the episode in progress
+    episode_length: jax.Array  # [N]
+    last_mean_return: jax.Array  # [] carried so an update where no episode ends still reports a value
+    last_mean_length: jax.Array  # []
+
+
+@struct.dataclass
+class RunnerState:
+    train_state: TrainState
+    stages: dict  # stage name -> that stage's own state
+    key: jax.Array
+    update_step: jax.Array  # int32[], PPO updates done so far
+    hyper: dict  # float32 scalars kept as data (lr, anneal horizon) so they are not baked into the program
+
+
+def strongly_typed(tree):
+    """Every leaf as its own strongly typed device array. A restored checkpoint is always strongly typed;
+    starting that way means a resumed run reuses the compiled program. Fresh buffers per leaf also keep
+    donation valid where initialisers returned one shared buffer for several leaves (e.g. Adam's zeros)."""
+    return jax.tree.map(lambda x: jnp.asarray(np.array(x)), tree)
+
+
+def make_optimizer(config: TrainConfig):
+    # inject_hyperparams keeps the learning rate in the optimizer *state*, so runs that differ only in
+    # --lr share one compiled program (and the persistent compilation cache).
+    def chain(learning_rate):
+        return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
+                           optax.adam(learning_rate, eps=1e-5))
+
+    return optax.inject_hyperparams(chain)(learning_rate=config.lr)
+
+
+@dataclass
+class Trainer:
+    config: TrainConfig
+    env: AdaptedEnv
+    network: Any
+    pipeline: list
+    runner_state: RunnerState
+    train_chunk: Callable  # (runner_state, num_updates=log_interval) -> (runner_state, metrics[log_interval])
+    compiled_chunk: Callable  # the jitted (runner_state, num_updates) -> ..., for AOT lowering and benchmarks
+    init_runner_state: Callable[[int], RunnerState]  # seed -> fresh runner state
+
+    def __iter__(self):  # `runner_state, train_chunk = make_train(config)`
+        return iter((self.runner_state, self.train_chunk))
+
+
+def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
+    env = env or make_env(config.env)
+    spec = env.spec
+    network = nets.make_network(spec, config)
+    tx = make_optimizer(config)
+    num_envs, num_steps = config.num_envs, config.num_steps
+    low = jnp.asarray(spec.action_low, jnp.float32) if not spec.discrete else None
+    high = jnp.asarray(spec.action_high, jnp.float32) if not spec.discrete else None
+    v_reset = jax.vmap(env.reset)
+    v_step = jax.vmap(env.step)
+    # The info entries an env step reports (reward terms, stage) fix which extra metrics a rollout sums.
+    _state_shape, _ = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
+    _action_shape = jax.ShapeDtypeStruct((), jnp.int32) if spec.discrete else jax.ShapeDtypeStruct((spec.action_dim,), jnp.float32)
+    step_info = jax.eval_shape(env.step, jax.random.PRNGKey(0), _state_shape, _action_shape)[1].info
+
+    def policy(params, obs, mask, key):
+        """Sample an action; return (env_action, action, log_prob, value)."""
+        out, value = network.apply(params, obs)
+        if spec.discrete:
+            action = nets.categorical_sample(key, out, mask)
+            return action, action, nets.categorical_log_prob(out, mask, action), value
+        log_std = params["params"]["log_std"]
+        action = nets.gaussian_sample(key, out, log_std)
+        return jnp.clip(action, low, high), action, nets.gaussian_log_prob(out, log_std, action), value
+
+    def evaluate(params, obs, mask, action):
+        """(log_prob, entropy, value) of stored actions under `params`."""
+        out, value = network.apply(params, obs)
+        if spec.discrete:
+            return nets.categorical_log_prob(out, mask, action), nets.categorical_entropy(out, mask), value
+        log_std = params["params"]["log_std"]
+        return nets.gaussian_log_prob(out, log_std, action), nets.gaussian_entropy(out, log_std), value
+
+    # ---------------------------------------------------------------------------------------------
+    # Stage 1: rollout. Each stored transition pairs the observation the action was chosen from with
+    # that action, its log-probability and value; the env's auto-reset observation goes to the *next*
+    # transition, and the pre-reset final observation is only used for the truncation bootstrap.
+
+    def rollout_init(key):
+        env_state, first = v_reset(jax.random.split(key, num_envs))
+        zeros = jnp.zeros((num_envs,), jnp.float32)
+        return RolloutState(env_state=env_state, obs=first.obs, action_mask=first.action_mask,
+                            episode_return=zeros, episode_length=jnp.zeros((num_envs,), jnp.int32),
+                            last_mean_return=jnp.float32(0.0), last_mean_length=jnp.float32(0.0))
+
+    def rollout_apply(key, train_state, batch, rs: RolloutState):
+        params = train_state.params
+
+        def env_step(carry, step_key):
+            rs, sums = carry
+            key_act, key_env = jax.random.split(step_key)
+            env_action, action, log_prob, value = policy(params, rs.obs, rs.action_mask, key_act)
+            env_state, step = v_step(jax.random.split(key_env, num_envs), rs.env_state, env_action)
+            # Truncated episodes bootstrap from the critic's value of the observation they ended on. The
+            # critic pass runs only on steps where some env truncated (a real branch: not under vmap).
+            bootstrap = jax.lax.cond(
+                jnp.any(step.truncated),
+                lambda: jnp.where(step.truncated, network.apply(params, step.final_obs, method="value"), 0.0),
+                lambda: jnp.zeros((num_envs,), jnp.float32))
+            done = jnp.logical_or(step.terminated, step.truncated)
+            ep_return = rs.episode_return + step.reward
+            ep_length = rs.episode_length + 1
+            sums = {
+                "return": sums["return"] + jnp.sum(jnp.where(done, ep_return, 0.0)),
+                "length": sums["length"] + jnp.sum(jnp.where(done, ep_length, 0)).astype(jnp.float32),
+                "episodes": sums["episodes"] + jnp.sum(done).astype(jnp.float32),
+                "masked": sums["masked"] + nets.fully_masked_rows(rs.action_mask).astype(jnp.float32),
+                **{f"reward/{k}": sums[f"reward/{k}"] + jnp.sum(v) for k, v in step.info.get("reward_terms", {}).items()},
+                **({"stats/highest_stage": jnp.maximum(sums["stats/highest_stage"], jnp.max(step.info["stage"]).astype(jnp.float32))}
+                   if "stage" in step.info else {}),
+            }
+            transition = {"obs": rs.obs, "action_mask": rs.action_mask, "action": action, "log_prob": log_prob,
+                          "value": value, "reward": step.reward, "terminated": step.terminated,
+                          "truncated": step.truncated, "bootstrap_value": bootstrap}
+            rs = rs.replace(env_state=env_state, obs=step.obs, action_mask=step.action_mask,
+                            episode_return=jnp.where(done, 0.0, ep_return),
+                            episode_length=jnp.where(done, 0, ep_length))
+            return (rs, sums), transition
+
+        sums0 = {"return": jnp.float32(0), "length": jnp.float32(0), "episodes": jnp.float32(0),
+                 "masked": jnp.float32(0)}
+        sums0.update({f"reward/{k}": jnp.float32(0) for k in step_info.get("reward_terms", {})})
+        if "stage" in step_info:
+            sums0["stats/highest_stage"] = jnp.float32(0)
+        (rs, sums), batch = jax.lax.scan(env_step, (rs, sums0), jax.random.split(key, num_steps))
+        batch["last_value"] = network.apply(params, rs.obs, method="value")
+
+        episodes = sums["episodes"]
+        mean_return = jnp.where(episodes > 0, sums["return"] / jnp.maximum(episodes, 1), rs.last_mean_return)
+        mean_length = jnp.where(episodes > 0, sums["length"] / jnp.maximum(episodes, 1), rs.last_mean_length)
+        rs = rs.replace(last_mean_return=mean_return, last_mean_length=mean_length)
+        steps = jnp.float32(num_steps * num_envs)
+        metrics = {"mean_episode_return": mean_return, "mean_episode_length": mean_length,
+                   "num_episodes": episodes, "fully_masked_rows": sums["masked"],
+                   **{k: v / steps for k, v in sums.items() if k.startswith("reward/")},
+                   **({"stats/highest_stage": sums["stats/highest_stage"]} if "stats/highest_stage" in sums else {})}
+        return train_state, batch, rs, metrics
+
+    # ---------------------------------------------------------------------------------------------
+    # Stage 2: advantage (GAE). The trace is cut at every episode end; the next value is the bootstrap
+    # value on truncation and zero on termination.
+
+    def advantage_apply(key, train_state, batch, state):
+        done = jnp.logical_or(batch["terminated"], batch["truncated"])
+        next_value = jnp.concatenate([batch["value"][1:], batch["last_value"][None]], axis=0)
+        next_value = jnp.where(done, batch["bootstrap_value"], next_value)
+        advantage = gae(batch["reward"], batch["value"], next_value, batch["terminated"], done,
+                        config.gamma, config.gae_lambda)
+        target = advantage + batch["value"]
+        residual_var = jnp.var(target - batch["value"])
+        explained_variance = 1.0 - residual_var / jnp.maximum(jnp.var(target), 1e-8)
+        batch = {**batch, "advantage": advantage, "target": target}
+        return train_state, batch, state, {"explained_variance": explained_variance}
+
+    # ---------------------------------------------------------------------------------------------
+    # Stage 3: PPO update. Each epoch shuffles *indices*; minibatches gather rows by index, so the batch
+    # (whose observations dominate memory) is never copied whole.
+
+    batch_size, num_minibatches = config.batch_size, config.num_minibatches
+    minibatch_size = batch_size // num_minibatches
+    train_keys = ("obs", "action_mask", "action", "log_prob", "value", "advantage", "target")
+
+    def loss_fn(params, mb):
+        log_prob, entropy, value = evaluate(params, mb["obs"], mb["action_mask"], mb["action"])
+        log_ratio = log_prob - mb["log_prob"]
+        ratio = jnp.exp(log_ratio)
+        adv = mb["advantage"]
+        if config.normalize_advantages:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        pg_loss = -jnp.mean(jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - config.clip_eps, 1 + config.clip_eps) * adv))
+        if config.clip_value_loss:
+            value_clipped = mb["value"] + jnp.clip(value - mb["value"], -config.clip_eps, config.clip_eps)
+            vf_loss = 0.5 * jnp.mean(jnp.maximum((value - mb["target"]) ** 2, (value_clipped - mb["target"]) ** 2))
+        else:
+            vf_loss = 0.5 * jnp.mean((value - mb["target"]) ** 2)
+        entropy = jnp.mean(entropy)
+        total = pg_loss + config.vf_coef * vf_loss - config.ent_coef * entropy
+        stats = {"pg_loss": pg_loss, "vf_loss": vf_loss, "entropy": entropy, "total_loss": total,
+                 "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
+                 "clip_frac": jnp.mean((jnp.abs(ratio - 1.0) > config.clip_eps).astype(jnp.float32))}
+        return total, stats
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def ppo_update_apply(key, train_state, batch, state):
+        flat = {k: batch[k].reshape((batch_size,) + batch[k].shape[2:]) for k in train_keys}
+
+        def minibatch_step(train_state, idx):
+            mb = jax.tree.map(lambda x: jnp.take(x, idx, axis=0), flat)
+            (_, stats), grads = grad_fn(train_state.params, mb)
+            stats["grad_norm"] = optax.tree.norm(grads)
+            return train_state.apply_gradients(grads=grads), stats
+
+        def epoch(train_state, epoch_key):
+            order = jax.random.permutation(epoch_key, batch_size).reshape(num_minibatches, minibatch_size)
+            return jax.lax.scan(minibatch_step, train_state, order)
+
+        train_state, stats = jax.lax.scan(epoch, train_state, jax.random.split(key, config.update_epochs))
+        return train_state, batch, state, jax.tree.map(jnp.mean, stats)
+
+    core = {"rollout": Stage("rollout", rollout_apply, rollout_init),
+            "advantage": Stage("advantage", advantage_apply),
+            "ppo_update": Stage("ppo_update", ppo_update_apply)}
+    pipeline = build_pipeline(StageContext(config=config, env_spec=spec, network=network), core)
+
+    # ---------------------------------------------------------------------------------------------
+    # One update threads a batch through the stages; a chunk scans `n` updates.
+
+    def one_update(runner: RunnerState, _):
+        key, *stage_keys = jax.random.split(runner.key, len(pipeline) + 1)
+        train_state = runner.train_state
+        if config.anneal_lr:
+            frac = 1.0 - runner.update_step.astype(jnp.float32) / runner.hyper["num_updates"]
+            lr = runner.hyper["lr"] * jnp.maximum(frac, 0.0)
+        else:
+            lr = runner.hyper["lr"]
+        opt_state = train_state.opt_state
+        opt_state = opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": lr})
+        train_state = train_state.replace(opt_state=opt_state)
+        batch, stage_states, metrics = None, dict(runner.stages), {"learning_rate": lr}
+        for stage, stage_key in zip(pipeline, stage_keys):
+            train_state, batch, stage_states[stage.name], stage_metrics = stage.apply(
+                stage_key, train_state, batch, stage_states[stage.name])
+            metrics.update(stage_metrics)
+        runner = runner.replace(train_state=train_state, stages=stage_states, key=key,
+                                update_step=runner.update_step + 1)
+        return runner, metrics
+
+    def chunk(runner: RunnerState, num_updates: jax.Array):
+        """`log_interval` scan slots; slots past `num_updates` are skipped by a real branch, so a final,
+        shorter chunk reuses the same compiled program instead of compiling another."""
+        metric_shapes = jax.eval_shape(one_update, runner, None)[1]
+
+        def maybe_update(runner, slot):
+            skip = lambda r: (r, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes))
+            return jax.lax.cond(slot < num_updates, lambda r: one_update(r, None), skip, runner)
+
+        return jax.lax.scan(maybe_update, runner, jnp.arange(config.log_interval))
+
+    compiled_chunk = jax.jit(chunk, donate_argnums=0)
+
+    def train_chunk(runner: RunnerState, num_updates: int | None = None):
+        n = config.log_interval if num_updates is None else num_updates
+        if not 0 < n <= config.log_interval:
+            raise ValueError(f"a chunk runs 1..{config.log_interval} updates, not {n}")
+        return compiled_chunk(runner, jnp.int32(n))
+
+    def init_runner_state(seed: int) -> RunnerState:
+        key = jax.random.PRNGKey(seed)
+        key, key_net, *stage_keys = jax.random.split(key, len(pipeline) + 2)
+        params = network.init(key_net, jnp.zeros((1, spec.obs_dim), jnp.float32))
+        train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
+        stages = {s.name: s.init(k) for s, k in zip(pipeline, stage_keys)}
+        hyper = {"lr": jnp.float32(config.lr), "num_updates": jnp.float32(config.num_updates)}
+        runner = RunnerState(train_state=train_state, stages=stages, key=key,
+                             update_step=jnp.int32(0), hyper=hyper)
+        return strongly_typed(runner)
+
+    return Trainer(config=config, env=env, network=network, pipeline=pipeline,
+                   runner_state=init_runner_state(config.seed), train_chunk=train_chunk,
+                   compiled_chunk=compiled_chunk, init_runner_state=init_runner_state)
+
+
+def gae(reward, value, next_value, terminated, done, gamma, gae_lambda):
+    """Generalised advantage estimation over [T, ...] arrays, as a reverse scan.
+
+    delta_t = r_t + gamma * next_value_t * (1 - terminated_t) - value_t
+    A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}
+    """
+
+    def backward(carry, x):
+        r, v, nv, term, d = x
+        delta = r + gamma * nv * (1.0 - term) - v
+        carry = delta + gamma * gae_lambda * (1.0 - d) * carry
+        return carry, carry
+
+    xs = (reward, value, next_value, terminated.astype(jnp.float32), done.astype(jnp.float32))
+    _, advantage = jax.lax.scan(backward, jnp.zeros_like(value[0]), xs, reverse=True)
+    return advantage

@@ -1,0 +1,61 @@
+"""Entry point behind scripts/train_purejaxrl.py: parse, build, run the loop. Thin on purpose."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from hephaestus.cli import build_parser, config_from_args, fail
+from hephaestus.config import ConfigError, resolve
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config, note = resolve(config_from_args(args))
+    except ConfigError as err:
+        fail(str(err))
+
+    # Imported after parsing so --help and flag errors answer instantly.
+    from hephaestus.envs.registry import UnknownEnvError, make_env
+    from hephaestus.loop import TrainingError, enable_compilation_cache, run
+    from hephaestus.ppo import make_train
+    from hephaestus.sinks import ConsoleSink, JsonlSink
+
+    cache = enable_compilation_cache()
+    try:
+        env = make_env(config.env)
+    except UnknownEnvError as err:
+        fail(str(err))
+    if note:
+        print(note)
+    run_dir = os.path.join(config.checkpoint_dir, config.run_name)
+    print(f"run {config.run_name}: {config.env}, {config.num_envs} envs x {config.num_steps} steps, "
+          f"{config.num_updates} updates, {config.num_minibatches} minibatches x {config.update_epochs} epochs, "
+          f"compile cache {cache}")
+    try:
+        trainer = make_train(config, env)
+    except ValueError as err:
+        fail(str(err))
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        sinks = [ConsoleSink(), JsonlSink(os.path.join(run_dir, "metrics.jsonl"))]
+    except OSError as err:
+        fail(f"cannot write to {run_dir}: {err.strerror}")
+    t0 = time.perf_counter()
+    try:
+        result = run(trainer, sinks)
+    except TrainingError as err:
+        fail(str(err), code=1)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    finally:
+        for sink in sinks:
+            sink.close()
+    last = result.records[-1] if result.records else {}
+    print(f"done: {last.get('env_steps', 0):,} env steps in {time.perf_counter() - t0:.1f}s "
+          f"(compile {result.compile_seconds:.1f}s); final mean return {last.get('mean_episode_return', float('nan')):.2f}; "
+          f"metrics in {os.path.join(run_dir, 'metrics.jsonl')}")
+    return 0

@@ -1,0 +1,16 @@
+#!/usr/bin/env python3
+"""Train PPO (and pipeline stages such as DTC) with the whole update compiled into one XLA program.
+
+    python scripts/train_purejaxrl.py --env gymnax:CartPole-v1 --total-timesteps 5e5
+    python scripts/train_purejaxrl.py --num-envs 2048 --total-timesteps 1e8     # HackMatrix on a TPU VM
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+from hephaestus.train import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())

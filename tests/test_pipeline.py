@@ -1,0 +1,251 @@
+"""The training pipeline: rollout pairing, GAE, stages, masking, auto-scale, compile sharing."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hephaestus import networks as nets
+from hephaestus.config import ConfigError, TrainConfig, auto_scale_for_batch_size, resolve
+from hephaestus.envs.adapters import adapt_gymnax
+from hephaestus.loop import TrainingError, run
+from hephaestus.ppo import CORE_METRICS, gae, make_train
+from toy_envs import MaskedBandit, RandomWalk
+
+SMALL = dict(hidden_dim=16, num_layers=1, num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1,
+             log_interval=2, total_timesteps=4 * 16 * 4)
+
+
+def walk_env():
+    env = RandomWalk()
+    return adapt_gymnax(env, env.default_params, "walk")
+
+
+def walk_trainer(**overrides):
+    config, _ = resolve(TrainConfig(env="walk", **{**SMALL, **overrides}))
+    return make_train(config, walk_env())
+
+
+@pytest.fixture(scope="module")
+def walk():
+    return walk_trainer()
+
+
+def run_stages(trainer, runner, names, key=jax.random.PRNGKey(7)):
+    """Apply the named stages in order from `runner`, as one_update does; returns the final batch."""
+    stages = {s.name: s for s in trainer.pipeline}
+
+    @jax.jit
+    def go(runner):
+        batch, train_state = None, runner.train_state
+        for i, name in enumerate(names):  # fold_in: the rollout key does not depend on how many stages follow
+            k = jax.random.fold_in(key, i)
+            train_state, batch, _, _ = stages[name].apply(k, train_state, batch, runner.stages.get(name))
+        return batch
+
+    return jax.device_get(go(runner))
+
+
+def test_each_transition_pairs_the_observation_with_its_action_logprob_and_value(walk):
+    batch = run_stages(walk, walk.runner_state, ["rollout"])
+    obs, action = batch["obs"], batch["action"]
+    done = batch["terminated"] | batch["truncated"]
+    # The next stored observation follows from this one and the action, unless the episode ended.
+    for t in range(obs.shape[0] - 1):
+        for n in range(obs.shape[1]):
+            if not done[t, n]:
+                assert obs[t + 1, n, 0] == obs[t, n, 0] + 2 * action[t, n] - 1
+                assert obs[t + 1, n, 1] == obs[t, n, 1] + 1
+            else:  # after an episode ends the next observation is a fresh start, not the final one
+                assert obs[t + 1, n, 1] == 0
+    # log-prob and value were computed from the stored observation.
+    params = walk.runner_state.train_state.params
+    logits, value = walk.network.apply(params, jnp.asarray(obs))
+    log_prob = nets.categorical_log_prob(logits, jnp.asarray(batch["action_mask"]), jnp.asarray(action))
+    np.testing.assert_allclose(log_prob, batch["log_prob"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(value, batch["value"], rtol=1e-5, atol=1e-6)
+    # Rewards are those of the transition (reward = position after the move).
+    moved = obs[:, :, 0] + 2 * action - 1
+    np.testing.assert_array_equal(batch["reward"], moved)
+
+
+def test_episode_ends_split_into_termination_and_truncation_and_resets_differ(walk):
+    batch = run_stages(walk, walk.runner_state, ["rollout"])
+    obs, action = batch["obs"], batch["action"]
+    moved = obs[:, :, 0] + 2 * action - 1
+    np.testing.assert_array_equal(batch["terminated"], np.abs(moved) >= 3)
+    truncated = (obs[:, :, 1] + 1 >= 6) & ~(np.abs(moved) >= 3)
+    np.testing.assert_array_equal(batch["truncated"], truncated)
+    assert batch["truncated"].any() and batch["terminated"].any()
+    # Bootstrap values exist exactly where episodes were truncated, and equal V(final observation).
+    assert np.all(batch["bootstrap_value"][~batch["truncated"]] == 0)
+    t, n = np.argwhere(batch["truncated"])[0]
+    final_obs = np.array([moved[t, n], obs[t, n, 1] + 1, obs[t, n, 2]], np.float32)
+    expected = walk.network.apply(walk.runner_state.train_state.params, jnp.asarray(final_obs)[None], method="value")
+    np.testing.assert_allclose(batch["bootstrap_value"][t, n], expected[0], rtol=1e-5)
+    # Reset keys are split per env: fresh episodes do not all start in the same place.
+    starts = obs[:, :, 2][obs[:, :, 1] == 0]
+    assert len(np.unique(starts)) > 1
+
+
+def hand_gae(reward, value, last_value, terminated, truncated, bootstrap, gamma, lam):
+    T = len(reward)
+    adv = np.zeros(T)
+    running = 0.0
+    for t in reversed(range(T)):
+        done = terminated[t] or truncated[t]
+        if done:
+            next_v = 0.0 if terminated[t] else bootstrap[t]
+        else:
+            next_v = value[t + 1] if t + 1 < T else last_value
+        delta = reward[t] + gamma * next_v - value[t]
+        running = delta + (0.0 if done else gamma * lam * running)
+        adv[t] = running
+    return adv
+
+
+def test_gae_matches_hand_computation_with_termination_and_truncation(walk):
+    reward = np.array([1.0, 0.5, -1.0, 2.0, 0.0, 1.0], np.float32)
+    value = np.array([0.3, -0.2, 0.8, 0.1, 0.4, -0.5], np.float32)
+    terminated = np.array([0, 1, 0, 0, 0, 0], bool)
+    truncated = np.array([0, 0, 0, 1, 0, 0], bool)
+    bootstrap = np.array([0, 0, 0, 7.0, 0, 0], np.float32)
+    last_value = np.float32(0.9)
+    batch = {"reward": reward[:, None], "value": value[:, None], "terminated": terminated[:, None],
+             "truncated": truncated[:, None], "bootstrap_value": bootstrap[:, None], "last_value": last_value[None]}
+    advantage_stage = next(s for s in walk.pipeline if s.name == "advantage")
+    _, out, _, _ = advantage_stage.apply(None, None, jax.tree.map(jnp.asarray, batch), None)
+    gamma, lam = walk.config.gamma, walk.config.gae_lambda
+    expected = hand_gae(reward, value, last_value, terminated, truncated, bootstrap, gamma, lam)
+    np.testing.assert_allclose(out["advantage"][:, 0], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["target"][:, 0], expected + value, rtol=1e-5, atol=1e-6)
+    # Truncation bootstraps (the 7.0 enters), termination does not.
+    assert out["advantage"][3, 0] == pytest.approx(2.0 + gamma * 7.0 - 0.1, rel=1e-5)
+    assert out["advantage"][1, 0] == pytest.approx(0.5 - (-0.2), rel=1e-5)
+    # The functional core agrees with the stage.
+    next_value = np.where(terminated | truncated, bootstrap, np.append(value[1:], last_value))
+    direct = gae(jnp.asarray(reward), jnp.asarray(value), jnp.asarray(next_value), jnp.asarray(terminated),
+                 jnp.asarray(terminated | truncated), gamma, lam)
+    np.testing.assert_allclose(direct, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_an_extra_stage_inserted_by_configuration_changes_the_advantages(walk):
+    bonus = 0.5
+    with_bonus = walk_trainer(extra_stages=("reward_bonus",), stage_options=(("reward_bonus", bonus),))
+    assert [s.name for s in with_bonus.pipeline] == ["rollout", "reward_bonus", "advantage", "ppo_update"]
+    plain = run_stages(walk, walk.runner_state, ["rollout", "advantage"])
+    boosted = run_stages(with_bonus, walk.runner_state, ["rollout", "reward_bonus", "advantage"])
+    np.testing.assert_array_equal(boosted["action"], plain["action"])
+    np.testing.assert_allclose(boosted["reward"], plain["reward"] + bonus)
+    # GAE is linear in rewards: the advantage difference is the GAE of a constant-bonus reward stream
+    # with zero values, cut at the same episode ends.
+    done = plain["terminated"] | plain["truncated"]
+    zeros = jnp.zeros_like(plain["value"])
+    expected = gae(jnp.full_like(zeros, bonus), zeros, zeros, jnp.asarray(plain["terminated"]), jnp.asarray(done),
+                   walk.config.gamma, walk.config.gae_lambda)
+    np.testing.assert_allclose(boosted["advantage"] - plain["advantage"], expected, rtol=1e-4, atol=1e-5)
+    assert np.all(boosted["advantage"] - plain["advantage"] > 0)
+
+
+def test_unknown_extra_stage_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown stage 'nope'"):
+        walk_trainer(extra_stages=("nope",))
+
+
+def test_chunk_returns_every_core_metric_and_advances_counters(walk):
+    runner, metrics = walk.train_chunk(walk.init_runner_state(1))
+    for key in CORE_METRICS:
+        assert key in metrics and metrics[key].shape == (walk.config.log_interval,), key
+        assert np.all(np.isfinite(metrics[key])), key
+    assert int(runner.update_step) == walk.config.log_interval
+    assert np.all(metrics["num_episodes"] > 0)
+    lr = metrics["learning_rate"]
+    assert lr[0] == pytest.approx(walk.config.lr) and lr[1] < lr[0]  # annealed in-graph
+    # A shorter final chunk reuses the program and only advances by what was asked.
+    runner, metrics = walk.train_chunk(runner, 1)
+    assert int(runner.update_step) == walk.config.log_interval + 1
+
+
+def test_runner_state_is_strongly_typed_so_a_restore_does_not_recompile(walk):
+    runner = walk.init_runner_state(0)
+    leaves = jax.tree_util.tree_leaves(runner)
+    assert not any(getattr(x, "weak_type", False) for x in leaves)
+    before = [(x.shape, x.dtype) for x in leaves]
+    runner, _ = walk.train_chunk(runner)
+    after = [(x.shape, x.dtype) for x in jax.tree_util.tree_leaves(runner)]
+    assert before == after
+    assert not any(getattr(x, "weak_type", False) for x in jax.tree_util.tree_leaves(runner))
+
+
+def test_learning_rate_is_not_baked_into_the_compiled_program():
+    a, b = walk_trainer(lr=1e-3), walk_trainer(lr=3e-4)
+    ra, rb = a.init_runner_state(0), b.init_runner_state(0)
+    text_a = a.compiled_chunk.lower(ra, np.int32(2)).as_text()
+    text_b = b.compiled_chunk.lower(rb, np.int32(2)).as_text()
+    assert text_a == text_b
+    assert float(ra.hyper["lr"]) != float(rb.hyper["lr"])
+
+
+def bandit_trainer(valid):
+    env = MaskedBandit(valid)
+    config, _ = resolve(TrainConfig(env="bandit", **SMALL))
+    return make_train(config, adapt_gymnax(env, env.default_params, "bandit"))
+
+
+def test_masked_actions_are_never_taken_in_rollouts():
+    trainer = bandit_trainer((1, 3))
+    batch = run_stages(trainer, trainer.runner_state, ["rollout"])
+    assert set(np.unique(batch["action"])) <= {1, 3}
+    assert np.all(batch["reward"] == 1.0)
+
+
+def test_a_fully_masked_observation_stops_training_with_an_error():
+    trainer = bandit_trainer(())
+    _, metrics = trainer.train_chunk(trainer.init_runner_state(0))  # the chunk donates its input
+    assert metrics["fully_masked_rows"].sum() > 0
+    with pytest.raises(TrainingError, match="no valid action"):
+        run(trainer, message=lambda _: None)
+
+
+def test_masked_sampling_log_prob_and_entropy():
+    logits = jnp.array([[2.0, 0.5, -1.0, 3.0, 0.0]])
+    mask = jnp.array([[True, False, True, False, True]])
+    draws = nets.categorical_sample(jax.random.PRNGKey(0), jnp.repeat(logits, 20000, 0), jnp.repeat(mask, 20000, 0))
+    counts = np.bincount(np.asarray(draws), minlength=5)
+    assert counts[1] == 0 and counts[3] == 0
+    valid = np.array([2.0, -1.0, 0.0])
+    probs = np.exp(valid - valid.max()) / np.exp(valid - valid.max()).sum()
+    np.testing.assert_allclose(counts[[0, 2, 4]] / 20000, probs, atol=0.015)
+    log_probs = nets.categorical_log_prob(jnp.repeat(logits, 3, 0), jnp.repeat(mask, 3, 0), jnp.array([0, 2, 4]))
+    np.testing.assert_allclose(log_probs, np.log(probs), rtol=1e-5)
+    entropy = nets.categorical_entropy(logits, mask)
+    np.testing.assert_allclose(entropy, [-(probs * np.log(probs)).sum()], rtol=1e-5)
+    uniform = nets.categorical_entropy(jnp.zeros((1, 5)), mask)
+    np.testing.assert_allclose(uniform, [np.log(3)], rtol=1e-6)
+    assert int(nets.fully_masked_rows(jnp.array([[False] * 5, [True] * 5]))) == 1
+    assert np.isfinite(nets.categorical_entropy(jnp.zeros((1, 5)), jnp.zeros((1, 5), bool))).all()
+
+
+@pytest.mark.parametrize("num_envs,expected", [
+    (256, (4, 4)), (512, (8, 2)), (1024, (16, 2)), (2048, (32, 2)), (4096, (64, 2)), (8192, (64, 2))])
+def test_auto_scale_table(num_envs, expected):
+    assert auto_scale_for_batch_size(num_envs, 128) == expected
+    config, note = resolve(TrainConfig(num_envs=num_envs, num_steps=128))
+    assert (config.num_minibatches, config.update_epochs) == expected
+    if num_envs == 2048:
+        assert note == "auto-scale: batch 262,144 -> 32 minibatches of 8,192 x 2 epochs = 64 gradient steps"
+    if num_envs == 256:
+        assert note == ""
+
+
+def test_auto_scale_opt_out():
+    config, note = resolve(TrainConfig(num_envs=2048, num_steps=128, num_minibatches=8, user_set_minibatches=True))
+    assert (config.num_minibatches, config.update_epochs) == (8, 4)
+    assert "off" in note and "--num-minibatches" in note
+    config, note = resolve(TrainConfig(num_envs=2048, num_steps=128, update_epochs=3, user_set_epochs=True))
+    assert (config.num_minibatches, config.update_epochs) == (4, 3)
+
+
+def test_indivisible_minibatches_are_rejected_before_compiling():
+    with pytest.raises(ConfigError, match="does not divide"):
+        resolve(TrainConfig(num_envs=3, num_steps=5, num_minibatches=4, user_set_minibatches=True))
