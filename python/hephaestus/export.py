@@ -1,0 +1,108 @@
+"""Laptop export: parameters as a plain `.npz`, loadable with numpy alone (no orbax, no pickle).
+
+Layout of the file:
+  `<dotted.name>`   one float32 array per parameter, e.g. `params.actor.Dense_0.kernel`
+  `__meta__`        a 0-d unicode array holding JSON: format version, package version, env name, network shape
+                    (`obs_dim`, `action_dim`, `discrete`, `hidden_dim`, `num_layers`, `activation`), `update`,
+                    `env_steps`, and the resolved config.
+
+`load_params_npz` rebuilds the flax params tree and the metadata; `network_from_meta` rebuilds the module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+
+FORMAT = "hephaestus-params-v1"
+META_KEY = "__meta__"
+
+
+class ExportError(ValueError):
+    """A file that is not a Hephaestus parameter export; the message is one line."""
+
+
+def flatten_params(tree, prefix="") -> dict[str, np.ndarray]:
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) or hasattr(value, "items"):
+            out.update(flatten_params(dict(value), name))
+        else:
+            out[name] = np.asarray(value)
+    return out
+
+
+def unflatten_params(flat: dict[str, np.ndarray]) -> dict:
+    tree: dict = {}
+    for name, value in flat.items():
+        node = tree
+        *parents, leaf = name.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return tree
+
+
+def network_meta(spec, config) -> dict:
+    return {"obs_dim": spec.obs_dim, "action_dim": spec.action_dim, "discrete": spec.discrete,
+            "action_low": list(spec.action_low), "action_high": list(spec.action_high),
+            "hidden_dim": config.hidden_dim, "num_layers": config.num_layers, "activation": config.activation}
+
+
+def save_params_npz(path: str, params, *, env: str, network: dict, update: int = 0, env_steps: int = 0,
+                    config: dict | None = None) -> str:
+    """Write atomically (temp file + rename), so a crash never leaves a half-written export."""
+    from hephaestus import __version__
+
+    meta = {"format": FORMAT, "version": __version__, "env": env, "network": network, "update": int(update),
+            "env_steps": int(env_steps), "config": config or {}}
+    arrays = flatten_params(params)
+    arrays[META_KEY] = np.array(json.dumps(meta))
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".npz.tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return path
+
+
+def load_params_npz(path: str) -> tuple[dict, dict]:
+    """(params tree, metadata). Raises ExportError with a one-line reason for anything else."""
+    if not os.path.isfile(path):
+        raise ExportError(f"{path}: no such file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if META_KEY not in data.files:
+                raise ExportError(f"{path}: not a Hephaestus parameter file (no {META_KEY})")
+            meta = json.loads(str(data[META_KEY]))
+            flat = {k: data[k] for k in data.files if k != META_KEY}
+    except ExportError:
+        raise
+    except (OSError, ValueError, zipfile.BadZipFile, json.JSONDecodeError, EOFError) as err:
+        raise ExportError(f"{path}: not a readable .npz parameter file ({type(err).__name__})") from None
+    if meta.get("format") != FORMAT:
+        raise ExportError(f"{path}: unknown parameter format {meta.get('format')!r}")
+    return unflatten_params(flat), meta
+
+
+def network_from_meta(meta: dict, dtype: str = "float32"):
+    """Rebuild the ActorCritic module an export was made from."""
+    import jax.numpy as jnp
+
+    from hephaestus.networks import ActorCritic
+
+    net = meta["network"]
+    return ActorCritic(action_dim=net["action_dim"], discrete=net["discrete"], hidden_dim=net["hidden_dim"],
+                       num_layers=net["num_layers"], activation=net["activation"],
+                       dtype=jnp.bfloat16 if dtype == "bfloat16" else jnp.float32)

@@ -1,0 +1,42 @@
+"""The laptop export round-trips parameters and metadata, and refuses files that are not exports."""
+
+import jax
+import numpy as np
+import pytest
+
+from hephaestus.config import TrainConfig
+from hephaestus.envs.registry import make_env
+from hephaestus.export import ExportError, load_params_npz, network_from_meta, network_meta, save_params_npz
+from hephaestus.networks import make_network
+
+
+def test_round_trip_rebuilds_the_same_network(tmp_path):
+    env = make_env("gymnax:CartPole-v1")
+    config = TrainConfig(env="gymnax:CartPole-v1", hidden_dim=8, num_layers=2)
+    network = make_network(env.spec, config)
+    params = network.init(jax.random.PRNGKey(0), np.zeros((1, env.spec.obs_dim), np.float32))
+    path = save_params_npz(str(tmp_path / "final_params.npz"), params, env=config.env,
+                           network=network_meta(env.spec, config), update=3, env_steps=96)
+    with np.load(path) as raw:
+        assert "params.actor.Dense_0.kernel" in raw.files
+    loaded, meta = load_params_npz(path)
+    assert meta["env"] == "gymnax:CartPole-v1" and meta["update"] == 3 and meta["network"]["hidden_dim"] == 8
+    rebuilt = network_from_meta(meta)
+    obs = np.random.default_rng(0).normal(size=(5, env.spec.obs_dim)).astype(np.float32)
+    a, b = network.apply(params, obs), rebuilt.apply(loaded, obs)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_non_exports_are_refused_with_one_line(tmp_path):
+    with pytest.raises(ExportError, match="no such file"):
+        load_params_npz(str(tmp_path / "missing.npz"))
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"not a zip")
+    with pytest.raises(ExportError, match="not a readable"):
+        load_params_npz(str(junk))
+    other = tmp_path / "other.npz"
+    np.savez(other, x=np.zeros(3))
+    with pytest.raises(ExportError, match="not a Hephaestus parameter file"):
+        load_params_npz(str(other))
