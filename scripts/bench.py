@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Speed benchmarks. Prints one line per case: compile seconds, env steps per second (median of 3 timed chunks
+after compile) and peak memory. Each case runs in its own process so its peak memory is its own.
+
+    python scripts/bench.py                      # every case
+    python scripts/bench.py --cases cartpole-4x128,cartpole-4x128-reference
+
+Peak memory is the process's peak resident set on the CPU (which includes compilation), or the device's peak
+bytes in use where the backend reports it (GPU/TPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, ROOT)
+
+TIMED_RUNS = 3
+
+
+def peak_memory_mib() -> float:
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    if "peak_bytes_in_use" in stats:
+        return stats["peak_bytes_in_use"] / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def time_chunks(run_chunk, state, steps_per_chunk):
+    import jax
+
+    rates = []
+    for _ in range(TIMED_RUNS):
+        t0 = time.perf_counter()
+        state, out = run_chunk(state)
+        jax.block_until_ready(out)
+        rates.append(steps_per_chunk / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrides):
+    import numpy as np
+
+    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.ppo import make_train
+
+    config, _ = resolve(TrainConfig(env=env_name, num_envs=num_envs, num_steps=num_steps,
+                                    log_interval=updates_per_chunk, total_timesteps=10**9, **overrides))
+    trainer = make_train(config)
+    n = np.int32(updates_per_chunk)
+    t0 = time.perf_counter()
+    compiled = trainer.compiled_chunk.lower(trainer.runner_state, n).compile()
+    compile_s = time.perf_counter() - t0
+    state, _ = compiled(trainer.runner_state, n)  # warm-up run
+    sps = time_chunks(lambda s: compiled(s, n), state, updates_per_chunk * config.batch_size)
+    return {"compile_s": compile_s, "steps_per_s": sps,
+            "detail": f"{config.num_minibatches} mb x {config.update_epochs} ep, hidden {config.hidden_dim}"}
+
+
+def bench_reference(env_id, num_envs, num_steps, updates_per_chunk, hidden_dim, num_layers):
+    import gymnax
+    import jax
+
+    from benchmarks.purejaxrl_reference import make_reference_train
+    from hephaestus.config import auto_scale_for_batch_size
+
+    env, params = gymnax.make(env_id)
+    minibatches, epochs = auto_scale_for_batch_size(num_envs, num_steps)
+    init, chunk = make_reference_train(env, params, num_envs, num_steps, minibatches, epochs, hidden_dim, num_layers)
+    state = init(jax.random.PRNGKey(0))
+    t0 = time.perf_counter()
+    compiled = jax.jit(lambda s: chunk(s, updates_per_chunk)).lower(state).compile()
+    compile_s = time.perf_counter() - t0
+    state, _ = compiled(state)
+    sps = time_chunks(compiled, state, updates_per_chunk * num_envs * num_steps)
+    return {"compile_s": compile_s, "steps_per_s": sps, "detail": f"{minibatches} mb x {epochs} ep, hidden {hidden_dim}"}
+
+
+def bench_random_policy(env_name, num_envs, steps_per_chunk):
+    """Env alone: masked-uniform random actions, `steps_per_chunk` vectorised steps in one scan."""
+    import jax
+    import jax.numpy as jnp
+
+    from hephaestus.envs.registry import make_env
+
+    env = make_env(env_name)
+    v_reset, v_step = jax.vmap(env.reset), jax.vmap(env.step)
+
+    def chunk(carry):
+        def one(carry, key):
+            state, mask = carry
+            k_act, k_env = jax.random.split(key)
+            action = jax.random.categorical(k_act, jnp.where(mask, 0.0, -1e9))
+            state, step = v_step(jax.random.split(k_env, num_envs), state, action)
+            return (state, step.action_mask), step.reward.sum()
+
+        (state, mask), key = carry
+        key, sub = jax.random.split(key)
+        (state, mask), rewards = jax.lax.scan(one, (state, mask), jax.random.split(sub, steps_per_chunk))
+        return ((state, mask), key), rewards
+
+    state, first = v_reset(jax.random.split(jax.random.PRNGKey(0), num_envs))
+    carry = ((state, first.action_mask), jax.random.PRNGKey(1))
+    t0 = time.perf_counter()
+    compiled = jax.jit(chunk, donate_argnums=0).lower(carry).compile()
+    compile_s = time.perf_counter() - t0
+    carry, _ = compiled(carry)
+    sps = time_chunks(compiled, carry, steps_per_chunk * num_envs)
+    return {"compile_s": compile_s, "steps_per_s": sps, "detail": "random policy, env only"}
+
+
+# name -> (function, kwargs). Sizes keep the whole default run under ~5 minutes on 2 CPU cores.
+CASES = {
+    "cartpole-4x128": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=4, num_steps=128,
+                                              updates_per_chunk=100, hidden_dim=64, num_layers=2)),
+    "cartpole-4x128-reference": (bench_reference, dict(env_id="CartPole-v1", num_envs=4, num_steps=128,
+                                                       updates_per_chunk=100, hidden_dim=64, num_layers=2)),
+    "cartpole-2048x128": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=2048, num_steps=128,
+                                                 updates_per_chunk=1, hidden_dim=64, num_layers=2)),
+    "cartpole-2048x128-reference": (bench_reference, dict(env_id="CartPole-v1", num_envs=2048, num_steps=128,
+                                                          updates_per_chunk=1, hidden_dim=64, num_layers=2)),
+    "hackmatrix-random-2048": (bench_random_policy, dict(env_name="hackmatrix", num_envs=2048, steps_per_chunk=64)),
+    "hackmatrix-ppo-2048x128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
+                                                       updates_per_chunk=1)),
+}
+
+
+def run_worker(name: str) -> None:
+    fn, kwargs = CASES[name]
+    result = fn(**kwargs)
+    result["peak_mib"] = peak_memory_mib()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names (default: all)")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        run_worker(args.worker)
+        return 0
+    names = [n.strip() for n in args.cases.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        print(f"error: unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}", file=sys.stderr)
+        return 2
+    import jax
+
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({os.cpu_count()} cores); "
+          f"median of {TIMED_RUNS} timed chunks after compile")
+    print(f"{'case':<30} {'compile s':>9} {'env steps/s':>12} {'peak MiB':>9}  detail")
+    results = {}
+    for name in names:
+        out = subprocess.run([sys.executable, __file__, "--worker", name], capture_output=True, text=True)
+        line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
+        if out.returncode or line is None:
+            last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+            print(f"{name:<30} failed: {last[:120]}")
+            continue
+        r = results[name] = json.loads(line[len("RESULT "):])
+        print(f"{name:<30} {r['compile_s']:>9.1f} {r['steps_per_s']:>12,.0f} {r['peak_mib']:>9,.0f}  {r['detail']}",
+              flush=True)
+    for name in names:
+        ref = results.get(f"{name}-reference")
+        if name in results and ref:
+            print(f"{name}: hephaestus / plain PureJaxRL = {results[name]['steps_per_s'] / ref['steps_per_s']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
