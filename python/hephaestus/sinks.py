@@ -130,3 +130,165 @@ class HealthMonitor:
                 self.last_warned[kind] = self.chunk
                 out.append(f"warning: {text}")
         return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# wandb and TensorBoard. Both log from the record the loop hands them, so nothing runs inside the compiled
+# program. Keys: pipeline metrics under `train/`, keys that already have a namespace (`reward/<term>`,
+# `actions/<group>_frac`, `stats/highest_stage`) as they are, `env_steps` and `update` at the top level.
+
+BOOKKEEPING = ("update", "env_steps", "total_env_steps", "eta_seconds")
+
+
+def metric_key(key: str) -> str | None:
+    if key in ("update", "env_steps"):
+        return key
+    if key in ("total_env_steps", "eta_seconds"):
+        return None
+    return key if "/" in key else f"train/{key}"
+
+
+def loggable(record: dict) -> dict:
+    out = {}
+    for key, value in record.items():
+        name = metric_key(key)
+        if name is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = value
+    return out
+
+
+def wandb_run_id(run_name: str) -> str:
+    """A stable wandb run id for a run name, so a resumed run continues the same wandb run. wandb ids allow
+    letters, digits, `-` and `_` (no `/ \\ # ? % :`), at most 64 characters."""
+    import hashlib
+
+    digest = hashlib.sha1(run_name.encode()).hexdigest()[:10]
+    clean = "".join(c if c.isalnum() or c in "-_" else "-" for c in run_name)[:48].strip("-") or "run"
+    return f"{clean}-{digest}"
+
+
+def wandb_api_key_configured() -> bool:
+    """WANDB_API_KEY, or a ~/.netrc entry for the wandb host (what `wandb login` writes). Reads only whether
+    an entry exists."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    import netrc
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def wandb_reachable(timeout: float = 3.0) -> bool:
+    """A TCP connect to the wandb host, so a machine without network falls back to offline mode at once
+    instead of waiting out wandb's own init timeout."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
+    port = url.port or (443 if url.scheme != "http" else 80)
+    try:
+        with socket.create_connection((url.hostname or "api.wandb.ai", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wandb_mode(config) -> str | None:
+    """'online', 'offline' or None (off), and why, from --wandb/--no-wandb, WANDB_MODE and the API key."""
+    env_mode = os.environ.get("WANDB_MODE", "").lower()
+    if config.wandb is False or env_mode in ("disabled", "off"):
+        return None
+    key = wandb_api_key_configured()
+    if config.wandb is None and not key and env_mode not in ("offline", "online", "dryrun"):
+        return None
+    if env_mode in ("offline", "dryrun"):
+        return "offline"
+    return "online" if key else "offline"
+
+
+class WandbSink:
+    """Logs each record with `step=update`. The run id derives from the run name and `resume="allow"`, so a
+    resumed run continues the same wandb run; steps up to `skip_until` (already logged before the
+    interruption) are not logged again."""
+
+    def __init__(self, config, run_dir: str, mode: str = "offline", skip_until: int = 0,
+                 message=print, artifacts: bool = True):
+        import wandb
+
+        self.wandb = wandb
+        self.skip_until = skip_until
+        self.artifacts = artifacts
+        self.run_id = wandb_run_id(config.run_name)
+        directory = os.environ.get("WANDB_DIR") or run_dir
+        os.makedirs(directory, exist_ok=True)
+        if mode == "online" and not wandb_reachable():
+            message(f"wandb: {os.environ.get('WANDB_BASE_URL', 'api.wandb.ai')} unreachable; logging offline "
+                    f"(upload later with `wandb sync {directory}/wandb/offline-run-*`)")
+            mode = "offline"
+        elif mode == "offline" and not wandb_api_key_configured() and config.wandb:
+            message(f"wandb: no API key configured; logging offline (upload later with "
+                    f"`wandb sync {directory}/wandb/offline-run-*`)")
+        kwargs = dict(project=config.wandb_project, entity=config.wandb_entity or None, name=config.run_name,
+                      id=self.run_id, resume="allow", config=config.to_dict(), dir=directory)
+        # silent: wandb's own banners and progress lines would interleave with the console sink; this sink
+        # prints the lines that matter. console="off": no stdout wrapping (signals, subprocess pipes).
+        settings = dict(init_timeout=30, console="off", silent=True, x_disable_stats=True, save_code=False,
+                        disable_git=True)
+        try:
+            self.run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)
+        except Exception as err:  # noqa: BLE001 - any failure to reach the server: go offline, keep training
+            if mode != "online":
+                raise
+            message(f"wandb: could not start an online run ({type(err).__name__}); logging offline instead")
+            self.run = wandb.init(mode="offline", settings=wandb.Settings(**settings), **kwargs)
+        self.mode = mode
+        self.directory = directory
+        if mode == "online" and getattr(self.run, "url", None):
+            message(f"wandb: {self.run.url}")
+
+    def write(self, record: dict) -> None:
+        step = int(record.get("update", 0))
+        if step <= self.skip_until:
+            return
+        self.run.log(loggable(record), step=step)
+
+    def log_checkpoint(self, path: str, update: int) -> None:
+        """Upload a finished checkpoint directory (and its params_<update>.npz) as an artifact."""
+        if not self.artifacts:
+            return
+        art = self.wandb.Artifact(f"{self.run_id}-checkpoint", type="checkpoint", metadata={"update": update})
+        art.add_dir(path, name=str(update))
+        npz = os.path.join(os.path.dirname(path), f"params_{update}.npz")
+        if os.path.exists(npz):
+            art.add_file(npz)
+        self.run.log_artifact(art, aliases=["latest", f"update-{update}"])
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+
+
+class TensorBoardSink:
+    """Event files for TensorBoard (tensorboardX, no torch). A resumed run purges the events past the update
+    it resumed from, so the curves show each update once."""
+
+    def __init__(self, logdir: str, purge_step: int | None = None):
+        from tensorboardX import SummaryWriter
+
+        self.writer = SummaryWriter(logdir=logdir, purge_step=purge_step, flush_secs=30)
+
+    def write(self, record: dict) -> None:
+        step = int(record.get("update", 0))
+        for key, value in loggable(record).items():
+            if key != "update":
+                self.writer.add_scalar(key, value, global_step=step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()

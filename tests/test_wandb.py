@@ -1,0 +1,196 @@
+"""wandb and TensorBoard sinks: offline mode writes the expected keys, disabled mode writes nothing, the run id
+follows the run name, and a resumed run does not log a step twice. Never touches the network: HOME, WANDB_DIR
+and WANDB_MODE point at temporary directories, and no API key is set."""
+
+import glob
+import os
+import struct
+
+import pytest
+
+from hephaestus import sinks, train
+from hephaestus.config import TrainConfig
+
+TINY = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
+        "--num-layers", "1", "--log-interval", "2", "--num-minibatches", "2", "--update-epochs", "1",
+        "--total-timesteps", "256"]
+
+
+@pytest.fixture(autouse=True)
+def offline_home(monkeypatch, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_dir"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb_cache"))
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb_data"))
+    monkeypatch.setenv("WANDB_ARTIFACT_DIR", str(tmp_path / "wandb_artifacts"))
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # never the real server
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("NETRC", raising=False)
+    return home
+
+
+def main(*args):
+    try:
+        return train.main(list(args))
+    except SystemExit as exit_:
+        return exit_.code
+
+
+def read_wandb_records(path):
+    """The records of a `.wandb` run file (LevelDB-log framing around wandb's protobuf `Record`s)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = open(path, "rb").read()
+    assert data[:4] == b":W&B"
+    pos, block, out, pending = 7, 32768, [], b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        pending += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST
+            record = pb.Record()
+            record.ParseFromString(pending)
+            out.append(record)
+            pending = b""
+        elif kind == 0:
+            pending = b""
+    return out
+
+
+def history(run_dir, timeout=30.0):
+    """(history rows as (step, keys), all records); waits for the run's exit record, since the wandb service
+    that writes the file may still be flushing when `finish()` returns."""
+    import time
+
+    files = glob.glob(os.path.join(run_dir, "*.wandb"))
+    assert len(files) == 1, files
+    deadline = time.time() + timeout
+    while True:
+        records = read_wandb_records(files[0])
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    rows = [(r.history.step.num, {i.key or "/".join(i.nested_key) for i in r.history.item})
+            for r in records if r.WhichOneof("record_type") == "history"]
+    return rows, records
+
+
+def test_offline_without_a_key_logs_the_expected_keys(tmp_path, capsys):
+    code = main(*TINY, "--wandb", "--run-name", "w", "--checkpoint-dir", str(tmp_path / "ck"), "--save-interval", "2",
+                "--tensorboard", str(tmp_path / "tb"))
+    out = capsys.readouterr().out
+    assert code == 0
+    notes = [line for line in out.splitlines() if line.startswith("wandb:") and "offline" in line]
+    assert len(notes) == 1 and "no API key" in notes[0] and "wandb sync" in notes[0]
+    runs = glob.glob(str(tmp_path / "wandb_dir" / "wandb" / "offline-run-*"))
+    assert len(runs) == 1 and runs[0].endswith(sinks.wandb_run_id("w"))
+    rows, records = history(runs[0])
+    assert [step for step, _ in rows] == [2, 4]
+    keys = rows[-1][1]
+    for key in ("train/mean_episode_return", "train/entropy", "train/approx_kl", "train/total_loss",
+                "train/steps_per_second", "train/learning_rate", "env_steps", "update"):
+        assert key in keys, key
+    artifacts = [r.artifact for r in records if r.WhichOneof("record_type") == "artifact"]
+    assert artifacts and all(a.type == "checkpoint" for a in artifacts)
+    # TensorBoard got the same keys
+    events = glob.glob(str(tmp_path / "tb" / "events.out.tfevents.*"))
+    assert events
+    tags = read_tb_tags(events[0])
+    assert {"train/mean_episode_return", "train/steps_per_second", "env_steps"} <= tags
+
+
+def read_tb_tags(path):
+    from tensorboardX.proto import event_pb2
+
+    data, pos, tags = open(path, "rb").read(), 0, set()
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        event = event_pb2.Event()
+        event.ParseFromString(data[pos + 12:pos + 12 + length])
+        pos += 12 + length + 4
+        tags |= {v.tag for v in event.summary.value}
+    return tags
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_disabled_writes_nothing(tmp_path, monkeypatch, how):
+    if how == "env":
+        monkeypatch.setenv("WANDB_MODE", "disabled")
+        args = ["--wandb"]
+    else:
+        monkeypatch.setenv("WANDB_API_KEY", "x" * 40)  # a configured key, overridden by --no-wandb
+        args = ["--no-wandb"]
+    assert main(*TINY, *args, "--run-name", "d", "--checkpoint-dir", str(tmp_path / "ck")) == 0
+    assert not (tmp_path / "wandb_dir").exists()
+    assert not list((tmp_path / "ck").rglob("*wandb*"))
+
+
+def test_mode_follows_flags_and_keys(monkeypatch, offline_home):
+    config = TrainConfig()
+    assert sinks.wandb_mode(config) is None  # no key, no flag: off
+    assert sinks.wandb_mode(config.replace(wandb=True)) == "offline"
+    assert sinks.wandb_mode(config.replace(wandb=False)) is None
+    (offline_home / ".netrc").write_text("machine 127.0.0.1 login user password " + "y" * 40 + "\n")
+    os.chmod(offline_home / ".netrc", 0o600)
+    assert sinks.wandb_api_key_configured()  # the host of WANDB_BASE_URL
+    assert sinks.wandb_mode(config) == "online"
+    assert sinks.wandb_mode(config.replace(wandb=False)) is None
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert sinks.wandb_mode(config) == "offline"
+
+
+def test_run_id_is_stable_and_valid():
+    a, b = sinks.wandb_run_id("hackmatrix_s0"), sinks.wandb_run_id("hackmatrix_s0")
+    assert a == b and a != sinks.wandb_run_id("hackmatrix_s1")
+    odd = sinks.wandb_run_id("a/b:c?d#e%f" + "x" * 100)
+    assert len(odd) <= 64 and all(c.isalnum() or c in "-_" for c in odd)
+
+
+def test_unreachable_server_falls_back_to_offline_at_once(tmp_path, monkeypatch, capsys):
+    import time
+
+    monkeypatch.setenv("WANDB_API_KEY", "z" * 40)  # looks configured; the server (port 9) refuses
+    config = TrainConfig(run_name="u", wandb=True)
+    t0 = time.perf_counter()
+    sink = sinks.WandbSink(config, str(tmp_path / "run"), mode="online", skip_until=4)
+    try:
+        assert sink.mode == "offline" and time.perf_counter() - t0 < 60
+        for update in (2, 4, 6):
+            sink.write({"update": update, "env_steps": update * 64, "entropy": 0.5})
+    finally:
+        sink.close()
+    assert "unreachable; logging offline" in capsys.readouterr().out
+    runs = glob.glob(str(tmp_path / "wandb_dir" / "wandb" / "offline-run-*"))
+    rows, _ = history(runs[0])
+    assert [step for step, _ in rows] == [6]  # steps up to the last one logged before a resume are skipped
+
+
+def test_action_groups_become_action_fractions():
+    """An env that names action ranges gets `actions/<name>_frac` per update (HackMatrix: move/siphon/program)."""
+    import numpy as np
+
+    from hephaestus.config import resolve
+    from hephaestus.envs.adapters import adapt_gymnax
+    from hephaestus.ppo import make_train
+    from toy_envs import RandomWalk
+
+    env = RandomWalk()
+    env.action_groups = (("left", 0, 1), ("right", 1, 2))
+    adapted = adapt_gymnax(env, env.default_params, "walk")
+    assert adapted.spec.action_groups == (("left", 0, 1), ("right", 1, 2))
+    config, _ = resolve(TrainConfig(env="walk", hidden_dim=16, num_layers=1, num_envs=4, num_steps=16,
+                                    num_minibatches=2, update_epochs=1, log_interval=1, total_timesteps=64))
+    trainer = make_train(config, adapted)
+    _, metrics = trainer.train_chunk(trainer.runner_state)
+    left, right = float(metrics["actions/left_frac"][0]), float(metrics["actions/right_frac"][0])
+    assert 0 < left < 1 and np.isclose(left + right, 1.0)
+    assert sinks.metric_key("actions/left_frac") == "actions/left_frac"
+    assert sinks.metric_key("entropy") == "train/entropy" and sinks.metric_key("reward/kills") == "reward/kills"

@@ -1,0 +1,270 @@
+"""scripts/watch_agent.py as a user meets it: parameter files in, a GIF or a terminal replay out, one-line errors.
+
+Parameters come from `export.save_params_npz` on freshly initialised CartPole and HackMatrix networks. A saved
+GIF holds `steps + 1` frames per episode (reset frame + one per step), all episodes one after the other.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from PIL import Image
+
+from hephaestus.config import TrainConfig
+from hephaestus.envs.registry import make_env
+from hephaestus.export import network_meta, save_params_npz
+from hephaestus.networks import make_network
+from hephaestus.watch import WatchError, resolve_params_path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "scripts", "watch_agent.py")
+
+
+def watch(*args, cwd=None):
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, cwd=cwd or ROOT,
+                          timeout=300)
+
+
+def fresh_params(path, env_name, hidden=16):
+    env = make_env(env_name)
+    config = TrainConfig(env=env_name, hidden_dim=hidden, num_layers=1)
+    network = make_network(env.spec, config)
+    params = network.init(jax.random.PRNGKey(0), np.zeros((1, env.spec.obs_dim), np.float32))
+    return save_params_npz(str(path), params, env=env_name, network=network_meta(env.spec, config))
+
+
+def episode_steps(stdout):
+    return [int(m) for m in re.findall(r"^episode \d+: (\d+) steps", stdout, re.M)]
+
+
+def gif_frames(path):
+    with Image.open(path) as im:
+        frames = []
+        for i in range(im.n_frames):
+            im.seek(i)
+            frames.append(np.asarray(im.convert("RGB")))
+    return frames
+
+
+# ------------------------------------------------------------------------------------------------ paths
+def test_paths_resolve_to_one_parameter_file(tmp_path):
+    run = tmp_path / "checkpoints" / "run"
+    (run / "10").mkdir(parents=True)
+    for step in (3, 10):
+        (run / f"params_{step}.npz").write_bytes(b"x")
+    assert resolve_params_path(str(run)) == str(run / "params_10.npz")  # newest export of a run
+    assert resolve_params_path(str(run / "10")) == str(run / "params_10.npz")  # step dir -> export beside it
+    (run / "10" / "state").mkdir()
+    assert resolve_params_path(str(run / "10" / "state")) == str(run / "params_10.npz")
+    (tmp_path / "run_s0").mkdir()  # a run name ending in a digit is not a step directory
+    with pytest.raises(WatchError, match="no final_params.npz or params_<n>.npz"):
+        resolve_params_path(str(tmp_path / "run_s0"))
+    assert resolve_params_path(str(run / "params_3.npz")) == str(run / "params_3.npz")
+    (run / "final_params.npz").write_bytes(b"x")
+    assert resolve_params_path(str(run)) == str(run / "final_params.npz")
+    older = tmp_path / "checkpoints" / "older"
+    older.mkdir()
+    (older / "final_params.npz").write_bytes(b"x")
+    os.utime(older / "final_params.npz", (1, 1))
+    assert resolve_params_path(None, latest=True, checkpoints_dir=str(tmp_path / "checkpoints")) == \
+        str(run / "final_params.npz")
+    (run / "20").mkdir()
+    with pytest.raises(WatchError, match="without params_20.npz"):
+        resolve_params_path(str(run / "20"))
+    with pytest.raises(WatchError, match="no such file"):
+        resolve_params_path(str(tmp_path / "nope"))
+    with pytest.raises(WatchError, match="--latest"):
+        resolve_params_path(None, latest=True, checkpoints_dir=str(tmp_path / "empty"))
+
+
+def bad_input(tmp_path, kind):
+    if kind == "missing":
+        return tmp_path / "nope" / "final_params.npz", "no such file"
+    if kind == "junk":
+        target = tmp_path / "junk.npz"
+        target.write_bytes(b"not a zip")
+        return target, "not a readable"
+    if kind == "other_npz":
+        target = tmp_path / "other.npz"
+        np.savez(target, x=np.zeros(3))
+        return target, "not a Hephaestus parameter file"
+    if kind == "mismatch":  # metadata that does not describe the arrays
+        target = tmp_path / "mismatch.npz"
+        fresh_params(target, "gymnax:CartPole-v1", hidden=16)
+        arrays = dict(np.load(target))
+        arrays["__meta__"] = np.array(str(arrays["__meta__"]).replace('"hidden_dim": 16', '"hidden_dim": 32'))
+        np.savez(target, **arrays)
+        return target, "parameters do not match the network"
+    target = tmp_path / "typo.npz"
+    save_params_npz(str(target), {"params": {"w": np.zeros(2, np.float32)}}, env="gymnax:CartPol-v1",
+                    network={"obs_dim": 4, "action_dim": 2, "discrete": True, "hidden_dim": 16, "num_layers": 1,
+                             "activation": "tanh"})
+    return target, "did you mean CartPole-v1"
+
+
+def one_line(stderr, needle):
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert needle in lines[0] and lines[0].startswith("error:")
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("kind", ["missing", "other_npz"])
+def test_bad_input_to_the_script_is_a_one_line_error(tmp_path, kind):
+    target, needle = bad_input(tmp_path, kind)
+    out = watch(str(target), "--episodes", "1")
+    assert out.returncode == 1
+    one_line(out.stderr, needle)
+
+
+@pytest.mark.parametrize("kind", ["junk", "unknown_env", "mismatch"])
+def test_bad_input_is_a_one_line_error(tmp_path, kind, capsys):
+    from hephaestus.watch import main
+
+    target, needle = bad_input(tmp_path, kind)
+    assert main([str(target), "--episodes", "1"], compile_cache=False) == 1
+    one_line(capsys.readouterr().err, needle)
+
+
+# ------------------------------------------------------------------------------------------------ CartPole
+def test_cartpole_agent_plays_into_a_gif(tmp_path):
+    # Freshly initialised params: training a chunk first costs a PPO compile (15-30 s on a busy 2-core box)
+    # and exercises nothing here that test_export's round trip does not.
+    run = tmp_path / "run"
+    fresh_params(run / "final_params.npz", "gymnax:CartPole-v1")
+    gif = tmp_path / "cartpole.gif"
+    out = watch(str(run), "--episodes", "2", "--max-steps", "12", "--save", str(gif), "--fps", "20")
+    assert out.returncode == 0, out.stderr
+    steps = episode_steps(out.stdout)
+    assert len(steps) == 2 and all(1 <= s <= 12 for s in steps)
+    frames = gif_frames(gif)
+    assert len(frames) == sum(s + 1 for s in steps)
+    assert f"saved {len(frames)} frames" in out.stdout and "summary over 2 episode(s)" in out.stdout
+    assert frames[1].std() > 10 and len(np.unique(frames[1].reshape(-1, 3), axis=0)) > 3  # not blank
+
+
+# ------------------------------------------------------------------------------------------------ HackMatrix
+SPLIT = "=" * 20 + " next run " + "=" * 20
+
+# Runs scripts/watch_agent.py twice in one interpreter (as `python watch_agent.py ...` would, via runpy), so the
+# HackMatrix env step is compiled once for both the GIF and the terminal replay.
+TWICE = """
+import runpy, sys
+for i, argv in enumerate(sys.argv[2:4]):
+    sys.argv = [sys.argv[1]] + argv.split("|") if i == 0 else [SCRIPT] + argv.split("|")
+    try:
+        runpy.run_path(SCRIPT, run_name="__main__")
+    except SystemExit as exit:
+        print(f"exit code {exit.code}", flush=True)
+    print(SPLIT, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def hackmatrix_runs(tmp_path_factory):
+    run = tmp_path_factory.mktemp("hm") / "run"
+    (run / "5").mkdir(parents=True)  # a checkpoint step directory; its export lies beside it
+    fresh_params(run / "params_5.npz", "hackmatrix")
+    gif = run.parent / "hm.gif"
+    gif_args = "|".join([str(run / "5"), "--episodes", "2", "--max-steps", "6", "--save", str(gif)])
+    term_args = "|".join([str(run), "--episodes", "1", "--max-steps", "3", "--sample", "--seed", "1"])
+    code = f"SCRIPT = {SCRIPT!r}\nSPLIT = {SPLIT!r}\n" + TWICE
+    out = subprocess.run([sys.executable, "-c", code, SCRIPT, gif_args, term_args], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    parts = out.stdout.split(SPLIT)
+    assert len(parts) == 3, out.stdout + out.stderr
+    return gif, parts[0], parts[1], out.stderr
+
+
+def test_hackmatrix_agent_plays_into_a_gif(hackmatrix_runs):
+    gif, stdout, _, stderr = hackmatrix_runs
+    assert "exit code 0" in stdout, stderr
+    steps = episode_steps(stdout)
+    assert len(steps) == 2
+    frames = gif_frames(gif)
+    assert len(frames) == sum(s + 1 for s in steps)
+    assert frames[0].shape == (18 + 440, 384, 3)
+    assert frames[0].std() > 10
+    assert "highest stage" in stdout and "programs used" in stdout
+
+
+def test_hackmatrix_terminal_prints_board_and_summary(hackmatrix_runs):
+    _, _, stdout, stderr = hackmatrix_runs
+    assert "exit code 0" in stdout, stderr
+    assert "5 |" in stdout and "0 |" in stdout  # the text board, row 5 on top
+    assert re.search(r"^action: \S+ +reward [+-]", stdout, re.M)
+    assert "HP " in stdout and "credits" in stdout and "stage" in stdout
+    assert re.search(r"^episode 1: \d+ steps, return [+-]\d", stdout, re.M)
+    assert "summary over 1 episode(s)" in stdout
+
+
+def test_mp4_has_every_frame(tmp_path):
+    pytest.importorskip("imageio_ffmpeg")
+    import imageio_ffmpeg
+
+    from hephaestus.watch import write_mp4
+
+    frames = [np.full((50, 70, 3), 20 * i, np.uint8) for i in range(7)]
+    path = str(tmp_path / "clip.mp4")
+    write_mp4(path, frames, fps=5)
+    import warnings
+
+    reader = imageio_ffmpeg.read_frames(path)
+    with warnings.catch_warnings():  # ffmpeg started after jax is loaded: os.fork() warning, harmless (it execs)
+        warnings.filterwarnings("ignore", message=".*os.fork", category=RuntimeWarning)
+        meta = next(reader)
+    assert tuple(meta["size"]) == (80, 64)  # padded to multiples of 16
+    assert sum(1 for _ in reader) == 7
+
+
+def test_window_needs_a_display(tmp_path, monkeypatch, capsys):
+    from hephaestus.watch import main
+
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    target = tmp_path / "p.npz"
+    target.write_bytes(b"x")
+    assert main([str(target), "--window"], compile_cache=False) == 1
+    one_line(capsys.readouterr().err, "--window needs a display")
+
+
+def test_window_view_draws_frames(monkeypatch):
+    """The window view on matplotlib's Agg backend (no screen here), pretending it is interactive."""
+    import matplotlib
+
+    from hephaestus import watch
+
+    matplotlib.use("Agg")
+    monkeypatch.setattr(watch, "has_display", lambda: True)
+    monkeypatch.setattr(matplotlib, "get_backend", lambda: "TkAgg")
+
+    class Stub:
+        def rgb(self, frame):
+            return np.full((30, 40, 3), frame.step * 10, np.uint8)
+
+    view = watch.WindowView(Stub(), fps=1000)
+    for step in range(3):
+        assert not view(watch.Frame(1, step, None, np.zeros(2), action="up" if step else None))
+    assert view.im.get_array().shape == (30, 40, 3) and int(view.im.get_array()[0, 0, 0]) == 20
+    view.close()
+
+
+def test_env_flag_fills_in_only_what_the_file_lacks(tmp_path, capsys):
+    from hephaestus.watch import main
+
+    env = make_env("gymnax:CartPole-v1")
+    config = TrainConfig(env="", hidden_dim=8, num_layers=1)
+    network = make_network(env.spec, config)
+    params = network.init(jax.random.PRNGKey(0), np.zeros((1, 4), np.float32))
+    path = save_params_npz(str(tmp_path / "noenv.npz"), params, env="", network=network_meta(env.spec, config))
+    assert main([path], compile_cache=False) == 1
+    one_line(capsys.readouterr().err, "pass --env")
+    assert main([path, "--env", "gymnax:CartPole-v1", "--episodes", "1", "--max-steps", "2"], compile_cache=False) == 0
+    out = capsys.readouterr().out
+    assert "observation (4 values)" in out and re.search(r"^action: (left|right)", out, re.M)
+    assert re.search(r"^episode 1: \d+ steps", out, re.M)
