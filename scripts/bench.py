@@ -4,6 +4,7 @@ after compile) and peak memory. Each case runs in its own process so its peak me
 
     python scripts/bench.py                      # every case
     python scripts/bench.py --cases cartpole-4x128,cartpole-4x128-reference
+    python scripts/bench.py --devices 1,2,4,8     # one data-parallel workload over 1, 2, 4, 8 devices
 
 Peak memory is the process's peak resident set on the CPU (which includes compilation), or the device's peak
 bytes in use where the backend reports it (GPU/TPU).
@@ -129,10 +130,71 @@ CASES = {
                                                  updates_per_chunk=1, hidden_dim=64, num_layers=2)),
     "cartpole-2048x128-reference": (bench_reference, dict(env_id="CartPole-v1", num_envs=2048, num_steps=128,
                                                           updates_per_chunk=1, hidden_dim=64, num_layers=2)),
+    # PPO vs PPO + DTC (world_model + intrinsic_reward stages, default DTC sizes), same PPO config; goal <= 2x cost.
+    "cartpole-64x128": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=128,
+                                               updates_per_chunk=4)),
+    "cartpole-64x128-dtc": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=128,
+                                                   updates_per_chunk=4,
+                                                   extra_stages=("world_model", "intrinsic_reward"))),
     "hackmatrix-random-2048": (bench_random_policy, dict(env_name="hackmatrix", num_envs=2048, steps_per_chunk=64)),
     "hackmatrix-ppo-2048x128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
                                                        updates_per_chunk=1)),
 }
+
+
+# --devices: one global workload (envs split over the `data` mesh axis) per device count. On a CPU the devices
+# are simulated (XLA_FLAGS=--xla_force_host_platform_device_count) and share the same cores, so the figures
+# measure the overhead of sharding, not a speed-up.
+DEVICES_CASE = dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=64, updates_per_chunk=4, hidden_dim=64,
+                    num_layers=2)
+CPU_DEVICE_FLAGS = ("--xla_force_host_platform_device_count={n} "
+                    "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+
+
+def run_devices_worker(n: int) -> None:
+    import jax
+
+    result = bench_hephaestus(**DEVICES_CASE, num_devices=n)
+    result["peak_mib"] = peak_memory_mib()
+    result["devices"] = jax.device_count()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def run_devices(counts: list[int]) -> int:
+    import jax
+
+    platform, available = jax.devices()[0].platform, jax.device_count()
+    simulated = platform == "cpu"
+    c = DEVICES_CASE
+    print(f"jax {jax.__version__} on {platform}; {c['env_name']}, {c['num_envs']} envs x {c['num_steps']} steps "
+          f"(global), hidden {c['hidden_dim']}; median of {TIMED_RUNS} timed chunks of {c['updates_per_chunk']} updates")
+    if simulated:
+        print(f"note: {platform} devices are simulated and share the same {os.cpu_count()} cores: this measures "
+              "sharding overhead, not speed-up")
+    print(f"{'devices':>7} {'compile s':>9} {'env steps/s':>12} {'vs 1 device':>11} {'peak MiB':>9}")
+    base = None
+    for n in counts:
+        if c["num_envs"] % n:
+            print(f"{n:>7} skipped: {c['num_envs']} envs do not divide by {n}")
+            continue
+        env = dict(os.environ)
+        if simulated:
+            env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + CPU_DEVICE_FLAGS.format(n=n)).strip()
+        elif n > available:
+            print(f"{n:>7} skipped: only {available} {platform} devices")
+            continue
+        out = subprocess.run([sys.executable, __file__, "--devices-worker", str(n)], capture_output=True, text=True,
+                             env=env)
+        line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
+        if out.returncode or line is None:
+            last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+            print(f"{n:>7} failed: {last[:120]}")
+            continue
+        r = json.loads(line[len("RESULT "):])
+        base = base or (r["steps_per_s"] if n == 1 else None)
+        ratio = f"{r['steps_per_s'] / base:.2f}x" if base else "-"
+        print(f"{n:>7} {r['compile_s']:>9.1f} {r['steps_per_s']:>12,.0f} {ratio:>11} {r['peak_mib']:>9,.0f}", flush=True)
+    return 0
 
 
 def run_worker(name: str) -> None:
@@ -145,11 +207,26 @@ def run_worker(name: str) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names (default: all)")
+    p.add_argument("--devices", help="comma-separated device counts, e.g. 1,2,4,8: run one data-parallel "
+                   "workload on each instead of the cases (simulated devices on a CPU)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--devices-worker", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         run_worker(args.worker)
         return 0
+    if args.devices_worker:
+        run_devices_worker(args.devices_worker)
+        return 0
+    if args.devices:
+        try:
+            counts = [int(n) for n in args.devices.split(",") if n.strip()]
+        except ValueError:
+            counts = []
+        if not counts or min(counts) < 1:
+            print(f"error: --devices takes positive counts like 1,2,4,8, got {args.devices!r}", file=sys.stderr)
+            return 2
+        return run_devices(counts)
     names = [n.strip() for n in args.cases.split(",") if n.strip()]
     unknown = [n for n in names if n not in CASES]
     if unknown:
@@ -175,6 +252,9 @@ def main() -> int:
         ref = results.get(f"{name}-reference")
         if name in results and ref:
             print(f"{name}: hephaestus / plain PureJaxRL = {results[name]['steps_per_s'] / ref['steps_per_s']:.2f}x")
+        dtc = results.get(f"{name}-dtc")
+        if name in results and dtc:
+            print(f"{name}: PPO+DTC costs {results[name]['steps_per_s'] / dtc['steps_per_s']:.2f}x PPO per env step")
     return 0
 
 

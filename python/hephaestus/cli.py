@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hephaestus.config import TrainConfig
+from hephaestus.config import DTC_STAGES, TrainConfig
 
 DEFAULTS = TrainConfig()
 
@@ -26,6 +26,30 @@ def number(text: str) -> int:
     if value != int(value):
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
     return int(value)
+
+
+# DTC flags: --intrinsic-coef -> dtc_intrinsic_coef, --dtc-deter-dim -> dtc_deter_dim, ... (config.py documents each)
+DTC_FLAGS = (
+    ("--intrinsic-coef", "intrinsic reward weight: reward += coef x (novelty + competence term)"),
+    ("--dtc-ensemble-size", "world-model ensemble members K"),
+    ("--dtc-deter-dim", "RSSM deterministic (GRU) state size"),
+    ("--dtc-stoch-groups", "RSSM categorical latents"),
+    ("--dtc-stoch-classes", "classes per categorical latent"),
+    ("--dtc-hidden-dim", "RSSM MLP width"),
+    ("--dtc-wm-lr", "world-model learning rate"),
+    ("--dtc-wm-steps", "world-model gradient steps per PPO update"),
+    ("--dtc-wm-batch", "replayed sequences per world-model gradient step"),
+    ("--dtc-seq-len", "replay sequence length; must divide --num-steps"),
+    ("--dtc-replay-capacity", "replay ring buffer size, in sequences"),
+    ("--dtc-frontier-fraction", "share of replay draws from the most recent window"),
+    ("--dtc-frontier-window", "sequences in the recent window"),
+)
+
+
+def dtc_fields(args: argparse.Namespace) -> dict:
+    """The TrainConfig dtc_* fields the DTC flags set (absent from namespaces built without them)."""
+    return {name: value for name, value in vars(args).items()
+            if name.startswith("dtc_") and hasattr(DEFAULTS, name)}
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,6 +91,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--extra-stages", default="",
                    help="comma-separated extra pipeline stages, e.g. reward_bonus (default: none)")
 
+    g = p.add_argument_group("DTC (specs/dtc.md)")
+    g.add_argument("--agent", choices=("ppo", "dtc"), default="ppo",
+                   help="dtc: add the world_model and intrinsic_reward stages after the rollout (default: ppo)")
+    for flag, help_text in DTC_FLAGS:
+        field = "dtc_" + flag[2:].replace("-", "_").removeprefix("dtc_")
+        default = getattr(d, field)
+        g.add_argument(flag, dest=field, type=type(default), default=default,
+                       metavar=flag[2:].upper().replace("-", "_"), help=f"{help_text} (default: %(default)s)")
+
     g = p.add_argument_group("run")
     g.add_argument("--seed", type=int, default=d.seed, help="PRNG seed (default: %(default)s)")
     g.add_argument("--log-interval", type=int, default=d.log_interval,
@@ -76,10 +109,44 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint-dir", default=d.checkpoint_dir,
                    help="where run folders go (default: %(default)s)")
 
+    g = p.add_argument_group("checkpoints and resume")
+    g.add_argument("--resume", default="", metavar="PATH",
+                   help="continue from checkpoints/<run>/ (its latest checkpoint) or one step directory in it; "
+                        "flags not given again come from the checkpoint's config")
+    g.add_argument("--keep-checkpoints", type=int, default=d.keep_checkpoints,
+                   help="newest checkpoints to keep (default: %(default)s)")
+    g.add_argument("--save-interval-minutes", type=float, default=d.save_interval_minutes,
+                   help="minutes between checkpoints (default: %(default)s)")
+    g.add_argument("--save-interval", type=int, default=d.save_interval, metavar="UPDATES",
+                   help="save every this many PPO updates instead (checked after each chunk; default: off)")
+    g.add_argument("--keep-optimizer", action="store_true", default=d.keep_optimizer,
+                   help="on a resume with a different --num-envs, keep the optimizer state (default: reset)")
+
+    g = p.add_argument_group("logging")
+    g.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=d.wandb,
+                   help="log to Weights & Biases (default: on when WANDB_API_KEY or a ~/.netrc entry for "
+                        "api.wandb.ai exists; offline mode without a key or network)")
+    g.add_argument("--project", dest="wandb_project", default=d.wandb_project,
+                   help="wandb project (default: %(default)s)")
+    g.add_argument("--entity", dest="wandb_entity", default=d.wandb_entity, help="wandb entity (default: yours)")
+    g.add_argument("--no-artifact", dest="wandb_artifacts", action="store_false", default=d.wandb_artifacts,
+                   help="do not upload checkpoints to wandb as artifacts")
+    g.add_argument("--tensorboard", dest="tensorboard_dir", default=d.tensorboard_dir, metavar="DIR",
+                   help="also write TensorBoard event files to DIR")
+
+    g = p.add_argument_group("devices")
+    g.add_argument("--num-devices", type=int, default=d.num_devices,
+                   help="devices to split the envs over; --num-envs must divide by it (default: 0 = all)")
+    g.add_argument("--distributed", action=argparse.BooleanOptionalAction, default=d.distributed,
+                   help="multi-host: call jax.distributed.initialize() first; run the same command on every host "
+                        "(automatic on TPU pod slices; default: off)")
+
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     d = DEFAULTS
     extra = tuple(s.strip() for s in args.extra_stages.split(",") if s.strip())
+    if getattr(args, "agent", "ppo") == "dtc":
+        extra = DTC_STAGES + tuple(s for s in extra if s not in DTC_STAGES)
     return TrainConfig(
         env=args.env, num_envs=args.num_envs, num_steps=args.num_steps, total_timesteps=args.total_timesteps,
         lr=args.lr, anneal_lr=args.anneal_lr, gamma=args.gamma, gae_lambda=args.gae_lambda,
@@ -88,8 +155,12 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         user_set_minibatches=args.num_minibatches is not None, user_set_epochs=args.update_epochs is not None,
         clip_eps=args.clip_eps, vf_coef=args.vf_coef, ent_coef=args.ent_coef, max_grad_norm=args.max_grad_norm,
         hidden_dim=args.hidden_dim, num_layers=args.num_layers, activation=args.activation, dtype=args.dtype,
-        extra_stages=extra, seed=args.seed, log_interval=args.log_interval, run_name=args.run_name,
-        checkpoint_dir=args.checkpoint_dir)
+        extra_stages=extra, **dtc_fields(args), seed=args.seed, log_interval=args.log_interval, run_name=args.run_name,
+        checkpoint_dir=args.checkpoint_dir, num_devices=args.num_devices, distributed=args.distributed,
+        keep_checkpoints=args.keep_checkpoints, save_interval_minutes=args.save_interval_minutes,
+        save_interval=args.save_interval, resume=args.resume, keep_optimizer=args.keep_optimizer,
+        wandb=args.wandb, wandb_project=args.wandb_project, wandb_entity=args.wandb_entity,
+        wandb_artifacts=args.wandb_artifacts, tensorboard_dir=args.tensorboard_dir)
 
 
 def build_parser() -> OneLineParser:

@@ -51,11 +51,54 @@ class TrainConfig:
     dtype: str = "float32"  # matmul dtype; parameters and reductions stay float32
     # pipeline: extra stages (registered in stages.py) inserted after the core stage they name
     extra_stages: tuple[str, ...] = ()
+    # DTC (specs/dtc.md): world-model ensemble + replay + dual-timescale intrinsic reward, used by the
+    # `world_model` and `intrinsic_reward` stages (--agent dtc). Defaults are CPU-sized; TPU-sized settings
+    # (specs/dtc.md): deter 512, stoch 32x32, hidden 512, replay 65536 sequences, wm batch 64.
+    dtc_ensemble_size: int = 5  # K members, parameters stacked on a leading axis and vmapped
+    dtc_deter_dim: int = 64  # GRU state h
+    dtc_stoch_groups: int = 8  # categorical latents z: groups x classes
+    dtc_stoch_classes: int = 8
+    dtc_hidden_dim: int = 64  # MLP width inside the RSSM
+    dtc_unimix: float = 0.01  # uniform mixture in every latent categorical
+    dtc_free_bits: float = 1.0  # nats; KL terms below this give no gradient
+    dtc_kl_dyn: float = 0.5  # KL balancing: weight pulling the prior to the posterior
+    dtc_kl_rep: float = 0.1  # ... and the posterior to the prior
+    dtc_wm_lr: float = 1e-3
+    dtc_wm_grad_clip: float = 100.0  # per-member global-norm clip
+    dtc_wm_steps: int = 1  # world-model gradient steps per PPO update
+    dtc_wm_batch: int = 16  # replayed sequences per gradient step
+    dtc_seq_len: int = 16  # replay sequence length; must divide num_steps
+    dtc_replay_capacity: int = 2048  # sequences in the on-device ring buffer
+    dtc_frontier_fraction: float = 0.5  # share of each replay batch drawn from the most recent window
+    dtc_frontier_window: int = 512  # sequences in that window
+    dtc_intrinsic_coef: float = 0.05  # reward += coef * (novelty + competence term)
+    dtc_competence_coef: float = 1.0  # gain of competence on per-transition novelty
+    dtc_fast_rate: float = 0.1  # C_fast = EMA(novelty, 0.1)
+    dtc_slow_rate: float = 0.005  # C_slow = EMA(novelty, 0.005)
+    dtc_boredom_threshold: float = 0.01  # competence below this counts as "not learning"
+    dtc_boredom_rise: float = 0.01  # per update while not learning
+    dtc_boredom_decay: float = 0.05  # per update while learning
+    dtc_min_horizon: int = 8  # dream horizon range for part 2 (set by boredom)
+    dtc_max_horizon: int = 64
     # bookkeeping
     seed: int = 0
     log_interval: int = 10  # PPO updates per compiled chunk, i.e. per console line
     run_name: str = ""
     checkpoint_dir: str = "checkpoints"
+    # checkpoints, resume and logging (specs/checkpoints.md)
+    keep_checkpoints: int = 3  # newest checkpoints kept under checkpoint_dir/run_name/
+    save_interval_minutes: float = 10.0  # wall-clock interval between checkpoints...
+    save_interval: int = 0  # ...or every this many PPO updates when > 0
+    resume: str = ""  # run directory or step directory to continue from
+    keep_optimizer: bool = False  # on a resume that re-creates env states, keep the optimizer state anyway
+    wandb: bool | None = None  # None: on when an API key is configured; True: on (offline without a key)
+    wandb_project: str = "hephaestus"
+    wandb_entity: str = ""
+    wandb_artifacts: bool = True  # upload each checkpoint as a wandb artifact
+    tensorboard_dir: str = ""  # write TensorBoard event files here when set
+    # devices (specs/distributed.md): num_envs is global and splits over the `data` mesh axis
+    num_devices: int = 0  # 0 = every device of every host
+    distributed: bool = False  # call jax.distributed.initialize() first (multi-host; auto on TPU pod slices)
     # auto-scale bookkeeping: which of the two knobs the user set explicitly
     user_set_minibatches: bool = False
     user_set_epochs: bool = False
@@ -125,8 +168,16 @@ def validate(config: TrainConfig) -> None:
     for name in positive:
         if getattr(config, name) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
+    if config.num_devices < 0:
+        raise ConfigError(f"--num-devices must be >= 0 (0 = all), got {config.num_devices}")
     if config.num_layers < 0:
         raise ConfigError(f"--num-layers must be >= 0, got {config.num_layers}")
+    if config.keep_checkpoints <= 0:
+        raise ConfigError(f"--keep-checkpoints must be positive, got {config.keep_checkpoints}")
+    if config.save_interval < 0:
+        raise ConfigError(f"--save-interval must be >= 0 (0 = use --save-interval-minutes), got {config.save_interval}")
+    if not config.save_interval_minutes > 0:
+        raise ConfigError(f"--save-interval-minutes must be positive, got {config.save_interval_minutes}")
     if config.batch_size % config.num_minibatches:
         raise ConfigError(
             f"batch {config.num_envs} envs x {config.num_steps} steps = {config.batch_size:,} does not divide "
@@ -143,3 +194,26 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"--dtype must be float32 or bfloat16, got {config.dtype!r}")
     if config.activation not in ("tanh", "relu"):
         raise ConfigError(f"--activation must be tanh or relu, got {config.activation!r}")
+    if any(name in DTC_STAGES for name in config.extra_stages):
+        validate_dtc(config)
+
+
+# The stages `--agent dtc` inserts after the rollout, in this order (python/hephaestus/dtc/stages.py).
+DTC_STAGES = ("world_model", "intrinsic_reward")
+
+
+def validate_dtc(config: TrainConfig) -> None:
+    for name in ("dtc_ensemble_size", "dtc_deter_dim", "dtc_stoch_groups", "dtc_stoch_classes", "dtc_hidden_dim",
+                 "dtc_wm_batch", "dtc_seq_len", "dtc_replay_capacity", "dtc_frontier_window"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
+    if config.dtc_wm_steps < 0:
+        raise ConfigError(f"--dtc-wm-steps must be >= 0, got {config.dtc_wm_steps}")
+    if config.num_steps % config.dtc_seq_len:
+        raise ConfigError(f"--dtc-seq-len {config.dtc_seq_len} must divide --num-steps {config.num_steps}")
+    per_rollout = config.num_steps // config.dtc_seq_len * config.num_envs
+    if config.dtc_replay_capacity < per_rollout:
+        raise ConfigError(f"--dtc-replay-capacity {config.dtc_replay_capacity} holds less than one rollout "
+                          f"({per_rollout} sequences of {config.dtc_seq_len} steps)")
+    if not 0.0 <= config.dtc_frontier_fraction <= 1.0:
+        raise ConfigError(f"--dtc-frontier-fraction must be in [0, 1], got {config.dtc_frontier_fraction}")

@@ -48,6 +48,16 @@ def enable_compilation_cache(path: str | None = None) -> str:
     return path
 
 
+def wait_ready(tree, longest_sleep: float = 0.05) -> None:
+    """Block until every array in `tree` is computed, sleeping in short steps: a blocking C++ wait would
+    delay Python signal handlers (checkpoint.StopSignals) until the chunk ends."""
+    leaves = [x for x in jax.tree.leaves(tree) if hasattr(x, "is_ready")]
+    pause = 1e-4
+    while not all(x.is_ready() for x in leaves):
+        time.sleep(pause)
+        pause = min(pause * 2, longest_sleep)
+
+
 @dataclass
 class LoopResult:
     runner_state: Any
@@ -78,6 +88,7 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print) -> 
             message(f"compile: {result.compile_seconds:.1f}s (chunk of {config.log_interval} updates)")
         t0 = time.perf_counter()
         runner, metrics = compiled(runner, np.int32(n))
+        wait_ready(metrics)  # in Python, not inside device_get, so a SIGINT/SIGTERM handler runs at once
         metrics = jax.tree.map(lambda x: x[:n], jax.device_get(metrics))
         seconds = time.perf_counter() - t0
         run_seconds += seconds

@@ -21,6 +21,7 @@ from flax.training.train_state import TrainState
 
 from hephaestus import networks as nets
 from hephaestus.config import TrainConfig
+from hephaestus.distributed import Sharder, mesh_for
 from hephaestus.envs.adapters import AdaptedEnv
 from hephaestus.envs.registry import make_env
 from hephaestus.stages import Stage, StageContext, build_pipeline
@@ -77,13 +78,19 @@ class Trainer:
     runner_state: RunnerState
     train_chunk: Callable  # (runner_state, num_updates=log_interval) -> (runner_state, metrics[log_interval])
     compiled_chunk: Callable  # the jitted (runner_state, num_updates) -> ..., for AOT lowering and benchmarks
-    init_runner_state: Callable[[int], RunnerState]  # seed -> fresh runner state
+    init_runner_state: Callable[[int], RunnerState]  # seed -> fresh runner state (placed on the mesh)
+    mesh: Any = None  # jax.sharding.Mesh over the `data` axis, or None with one device (distributed.py)
+    sharder: Sharder | None = None  # the sharding rules; `sharder.place(runner)` puts a restored state on the mesh
 
     def __iter__(self):  # `runner_state, train_chunk = make_train(config)`
         return iter((self.runner_state, self.train_chunk))
 
 
 def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
+    # Devices first: an indivisible --num-envs is a one-line error before anything is built or compiled.
+    # With one device `shard` is the identity everywhere and the program is the single-device one.
+    mesh = mesh_for(config)
+    shard = Sharder(mesh, config.num_envs, config.num_steps)
     env = env or make_env(config.env)
     spec = env.spec
     network = nets.make_network(spec, config)
@@ -92,11 +99,13 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     low = jnp.asarray(spec.action_low, jnp.float32) if not spec.discrete else None
     high = jnp.asarray(spec.action_high, jnp.float32) if not spec.discrete else None
     v_reset = jax.vmap(env.reset)
-    v_step = jax.vmap(env.step)
+    v_step = shard.per_device(jax.vmap(env.step))  # with several devices: each steps only its own envs
     # The info entries an env step reports (reward terms, stage) fix which extra metrics a rollout sums.
     _state_shape, _ = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
     _action_shape = jax.ShapeDtypeStruct((), jnp.int32) if spec.discrete else jax.ShapeDtypeStruct((spec.action_dim,), jnp.float32)
     step_info = jax.eval_shape(env.step, jax.random.PRNGKey(0), _state_shape, _action_shape)[1].info
+    # Named action ranges (EnvSpec.action_groups, e.g. HackMatrix move/siphon/program) -> actions/<name>_frac.
+    action_groups = tuple(getattr(spec, "action_groups", ())) if spec.discrete else ()
 
     def policy(params, obs, mask, key):
         """Sample an action; return (env_action, action, log_prob, value)."""
@@ -135,7 +144,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             rs, sums = carry
             key_act, key_env = jax.random.split(step_key)
             env_action, action, log_prob, value = policy(params, rs.obs, rs.action_mask, key_act)
-            env_state, step = v_step(jax.random.split(key_env, num_envs), rs.env_state, env_action)
+            env_keys = shard.constrain_envs(jax.random.split(key_env, num_envs))
+            env_state, step = v_step(env_keys, rs.env_state, env_action)
             # Truncated episodes bootstrap from the critic's value of the observation they ended on. The
             # critic pass runs only on steps where some env truncated (a real branch: not under vmap).
             bootstrap = jax.lax.cond(
@@ -153,6 +163,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
                 **{f"reward/{k}": sums[f"reward/{k}"] + jnp.sum(v) for k, v in step.info.get("reward_terms", {}).items()},
                 **({"stats/highest_stage": jnp.maximum(sums["stats/highest_stage"], jnp.max(step.info["stage"]).astype(jnp.float32))}
                    if "stage" in step.info else {}),
+                **{f"actions/{g}_frac": sums[f"actions/{g}_frac"] + jnp.sum((action >= lo) & (action < hi)).astype(jnp.float32)
+                   for g, lo, hi in action_groups},
             }
             transition = {"obs": rs.obs, "action_mask": rs.action_mask, "action": action, "log_prob": log_prob,
                           "value": value, "reward": step.reward, "terminated": step.terminated,
@@ -160,15 +172,17 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             rs = rs.replace(env_state=env_state, obs=step.obs, action_mask=step.action_mask,
                             episode_return=jnp.where(done, 0.0, ep_return),
                             episode_length=jnp.where(done, 0, ep_length))
-            return (rs, sums), transition
+            return (shard.constrain_envs(rs), sums), shard.constrain_envs(transition)
 
         sums0 = {"return": jnp.float32(0), "length": jnp.float32(0), "episodes": jnp.float32(0),
                  "masked": jnp.float32(0)}
         sums0.update({f"reward/{k}": jnp.float32(0) for k in step_info.get("reward_terms", {})})
         if "stage" in step_info:
             sums0["stats/highest_stage"] = jnp.float32(0)
-        (rs, sums), batch = jax.lax.scan(env_step, (rs, sums0), jax.random.split(key, num_steps))
+        sums0.update({f"actions/{g}_frac": jnp.float32(0) for g, _, _ in action_groups})
+        (rs, sums), batch = jax.lax.scan(env_step, (shard.constrain_envs(rs), sums0), jax.random.split(key, num_steps))
         batch["last_value"] = network.apply(params, rs.obs, method="value")
+        batch = shard.constrain_batch(batch)
 
         episodes = sums["episodes"]
         mean_return = jnp.where(episodes > 0, sums["return"] / jnp.maximum(episodes, 1), rs.last_mean_return)
@@ -177,7 +191,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         steps = jnp.float32(num_steps * num_envs)
         metrics = {"mean_episode_return": mean_return, "mean_episode_length": mean_length,
                    "num_episodes": episodes, "fully_masked_rows": sums["masked"],
-                   **{k: v / steps for k, v in sums.items() if k.startswith("reward/")},
+                   **{k: v / steps for k, v in sums.items() if k.startswith(("reward/", "actions/"))},
                    **({"stats/highest_stage": sums["stats/highest_stage"]} if "stats/highest_stage" in sums else {})}
         return train_state, batch, rs, metrics
 
@@ -243,9 +257,42 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         train_state, stats = jax.lax.scan(epoch, train_state, jax.random.split(key, config.update_epochs))
         return train_state, batch, state, jax.tree.map(jnp.mean, stats)
 
+    # With D devices: each device shuffles its own shard. The batch is viewed as [D, T * N/D] (a local
+    # reshape: device d holds envs d*N/D..), every row gets its own permutation, and minibatch i takes slice i
+    # of every row. The loss is still the mean over the global minibatch, so its gradient is the average of the
+    # per-device gradients: GSPMD turns that into one all-reduce per minibatch, and env data never moves.
+    num_devices = shard.num_devices
+    rows = batch_size // num_devices
+    row_minibatch = rows // num_minibatches
+
+    def sharded_ppo_update_apply(key, train_state, batch, state):
+        def to_rows(x):  # [T, N, ...] -> [D, T * N/D, ...]
+            x = x.reshape((num_steps, num_devices, num_envs // num_devices) + x.shape[2:])
+            return shard.constrain(jnp.swapaxes(x, 0, 1).reshape((num_devices, rows) + x.shape[3:]), "data")
+
+        rowed = {k: to_rows(batch[k]) for k in train_keys}
+
+        def minibatch_step(train_state, idx):  # idx [D, minibatch/D]: row-local indices
+            mb = jax.tree.map(lambda x: jax.vmap(lambda r, i: jnp.take(r, i, axis=0))(x, idx), rowed)
+            mb = jax.tree.map(lambda x: shard.constrain(x.reshape((minibatch_size,) + x.shape[2:]), "data"),
+                              shard.constrain(mb, "data"))
+            (_, stats), grads = grad_fn(train_state.params, mb)
+            grads = shard.replicate(grads)
+            stats["grad_norm"] = optax.tree.norm(grads)
+            return train_state.apply_gradients(grads=grads), stats
+
+        def epoch(train_state, epoch_key):
+            keys = shard.constrain(jax.random.split(epoch_key, num_devices), "data")
+            order = jax.vmap(lambda k: jax.random.permutation(k, rows))(keys)  # [D, rows]
+            order = order.reshape(num_devices, num_minibatches, row_minibatch).swapaxes(0, 1)
+            return jax.lax.scan(minibatch_step, train_state, shard.constrain(order, None, "data"))
+
+        train_state, stats = jax.lax.scan(epoch, train_state, jax.random.split(key, config.update_epochs))
+        return train_state, batch, state, jax.tree.map(jnp.mean, stats)
+
     core = {"rollout": Stage("rollout", rollout_apply, rollout_init),
             "advantage": Stage("advantage", advantage_apply),
-            "ppo_update": Stage("ppo_update", ppo_update_apply)}
+            "ppo_update": Stage("ppo_update", sharded_ppo_update_apply if shard.active else ppo_update_apply)}
     pipeline = build_pipeline(StageContext(config=config, env_spec=spec, network=network), core)
 
     # ---------------------------------------------------------------------------------------------
@@ -266,6 +313,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         for stage, stage_key in zip(pipeline, stage_keys):
             train_state, batch, stage_states[stage.name], stage_metrics = stage.apply(
                 stage_key, train_state, batch, stage_states[stage.name])
+            batch = shard.constrain_batch(batch)  # keep every stage's output split over envs
             metrics.update(stage_metrics)
         runner = runner.replace(train_state=train_state, stages=stage_states, key=key,
                                 update_step=runner.update_step + 1)
@@ -280,7 +328,10 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             skip = lambda r: (r, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes))
             return jax.lax.cond(slot < num_updates, lambda r: one_update(r, None), skip, runner)
 
-        return jax.lax.scan(maybe_update, runner, jnp.arange(config.log_interval))
+        runner, metrics = jax.lax.scan(maybe_update, shard.constrain_runner(runner), jnp.arange(config.log_interval))
+        # Pin the output layout to the input's, so the next chunk reuses this program; metrics replicated so
+        # every host can read them.
+        return shard.constrain_runner(runner), shard.replicate(metrics)
 
     compiled_chunk = jax.jit(chunk, donate_argnums=0)
 
@@ -299,11 +350,11 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         hyper = {"lr": jnp.float32(config.lr), "num_updates": jnp.float32(config.num_updates)}
         runner = RunnerState(train_state=train_state, stages=stages, key=key,
                              update_step=jnp.int32(0), hyper=hyper)
-        return strongly_typed(runner)
+        return shard.place(strongly_typed(runner))
 
     return Trainer(config=config, env=env, network=network, pipeline=pipeline,
                    runner_state=init_runner_state(config.seed), train_chunk=train_chunk,
-                   compiled_chunk=compiled_chunk, init_runner_state=init_runner_state)
+                   compiled_chunk=compiled_chunk, init_runner_state=init_runner_state, mesh=mesh, sharder=shard)
 
 
 def gae(reward, value, next_value, terminated, done, gamma, gae_lambda):

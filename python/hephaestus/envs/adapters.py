@@ -15,6 +15,7 @@ five-tuple `step`) all pass through here and nowhere else. The pipeline vmaps th
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -48,6 +49,9 @@ class EnvSpec:
     action_high: tuple[float, ...] = ()
     has_action_mask: bool = False
     obs_dtype: Any = jnp.float32
+    # Optional named action ranges (name, first, end) for discrete envs; the rollout logs the fraction of
+    # actions in each as `actions/<name>_frac`. Taken from the env's `action_groups` attribute when it has one.
+    action_groups: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,8 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
         return state, obs
 
     spec = _probe_spec(name, raw_reset, discrete, action_dim, low, high)
+    if discrete and getattr(env, "action_groups", None):
+        spec = dataclasses.replace(spec, action_groups=tuple((str(n), int(a), int(b)) for n, a, b in env.action_groups))
 
     def reset(key):
         state, obs_tree = raw_reset(key)
