@@ -1,0 +1,81 @@
+"""EnvState / EnvParams of HackMatrix (layout documented in specs/hackmatrix.md)."""
+import jax.numpy as jnp
+from flax import struct
+
+
+@struct.dataclass
+class EnvState:
+    time: jnp.ndarray            # int32 env steps taken this episode (truncation, D6)
+    # --- player (R15) ---
+    player_pos: jnp.ndarray      # int32 cell index 6*row+col
+    hp: jnp.ndarray
+    credits: jnp.ndarray
+    energy: jnp.ndarray
+    siphons: jnp.ndarray
+    score: jnp.ndarray
+    attack: jnp.ndarray
+    owned: jnp.ndarray           # bool[23]
+    # --- globals (R27) ---
+    stage: jnp.ndarray
+    turn: jnp.ndarray
+    sched_interval: jnp.ndarray
+    next_sched_turn: jnp.ndarray
+    pending_siphon: jnp.ndarray
+    atk_plus_uses: jnp.ndarray
+    history_len: jnp.ndarray     # UNDO stack size (snapshots themselves: later issue)
+    show_activated: jnp.ndarray  # bool
+    sched_disabled: jnp.ndarray  # bool
+    step_active: jnp.ndarray     # bool
+    exit_pos: jnp.ndarray        # int32 cell index (R13)
+    # --- grid, flat [36] (R8, R9) ---
+    content: jnp.ndarray         # int32 EMPTY/BLOCK/DATA_SIPHON/EXIT
+    blk_data: jnp.ndarray        # bool payload is data (else program); also for question blocks
+    blk_question: jnp.ndarray    # bool unrevealed question block
+    blk_points: jnp.ndarray      # int32
+    blk_program: jnp.ndarray     # int32 0..22
+    blk_spawn: jnp.ndarray       # int32 spawnCount
+    res_credits: jnp.ndarray     # int32 credits stack on the cell
+    res_energy: jnp.ndarray      # int32 energy stack on the cell
+    siphoned: jnp.ndarray        # bool
+    siphon_center: jnp.ndarray   # bool
+    # --- entities: enemies and transmissions in one slot array [MAX_ENTITIES] ---
+    ent_active: jnp.ndarray      # bool
+    ent_enemy: jnp.ndarray       # bool: True = enemy, False = transmission
+    ent_type: jnp.ndarray        # int32 enemy type (hidden type for transmissions)
+    ent_pos: jnp.ndarray         # int32 cell
+    ent_hp: jnp.ndarray          # int32 (enemies)
+    ent_turns: jnp.ndarray       # int32 turnsRemaining (transmissions)
+    ent_disabled: jnp.ndarray    # int32 disabledTurns (enemies)
+    ent_stunned: jnp.ndarray     # bool
+    ent_sched: jnp.ndarray       # bool isFromScheduledTask
+    ent_siphon: jnp.ndarray      # bool spawnedFromSiphon
+    ent_order: jnp.ndarray       # int32 list order key (D3)
+    next_order: jnp.ndarray      # int32 next list order key
+
+
+@struct.dataclass
+class EnvParams:
+    max_steps_in_episode: int = 1000     # D6: truncation after 1000 agent actions
+    step_penalty: float = 0.01           # R103 (subtracted)
+    stage_coef: float = 1.0              # R104 multiplier of T = [1,2,4,...,64,100]
+    score_coef: float = 0.5              # R105
+    kill_coef: float = 0.3               # R106
+    pickup_reward: float = 1.0           # R107
+    distance_coef: float = 0.05          # R108
+    victory_bonus: float = 500.0         # R109
+    victory_score_coef: float = 100.0    # R109
+    death_coef: float = 0.5              # R110 (times sum of completed-stage rewards, subtracted)
+    resource_gain_coef: float = 0.05     # R111
+    resource_holding_coef: float = 0.01  # R112
+    damage_coef: float = 1.0             # R113 (subtracted)
+    hp_recovery_coef: float = 1.0        # R114
+    program_waste: float = 0.3           # R115 (subtracted)
+    siphon_death_penalty: float = 10.0   # R116 (subtracted)
+    siphon_quality_coef: float = 0.025   # R117 = 0.5 * 0.05 per missed credit/energy (subtracted)
+
+
+REWARD_TERMS = (
+    "step", "stage", "score", "kills", "dataSiphon", "distance", "victory", "death",
+    "resourceGain", "resourceHolding", "damagePenalty", "hpRecovery", "siphonQuality",
+    "programWaste", "siphonDeathPenalty",
+)

@@ -1,0 +1,216 @@
+"""One environment step (R39-R50, R68-R69) and the reward (R103-R120)."""
+import jax
+import jax.numpy as jnp
+
+from . import pathfinding as pf
+from .constants import (
+    A_RESET, A_SIPHON, BIG, BLOCK, CROSS, DATA_SIPHON, DEATH_PENALTY_SUMS, EMPTY, EXIT,
+    NBR_IDX, NBR_INB, NUM_ACTIONS, NUM_PROGRAMS, RAY_IDX, RAY_INB, STAGE_REWARDS,
+)
+from .enemies import enemy_phase
+from . import rng
+from .compact import compacted
+from .generate import enemy_transmission_at, initialize_stage_seeded
+from .observe import action_mask
+from .state import REWARD_TERMS
+
+i32 = jnp.int32
+f32 = jnp.float32
+
+
+def blocks_bits(state):
+    return pf.pack(state.content == BLOCK)
+
+
+def exit_dist(state):
+    return pf.exit_distance(state.player_pos, state.exit_pos, blocks_bits(state))
+
+
+# ----------------------------------------------------------------------------- move/attack
+def _move_or_attack(state, d):
+    """R41-R45. Returns (state, kills, pickup, reached_exit)."""
+    p = state.player_pos
+    idx = jnp.asarray(RAY_IDX)[p, d]
+    inb = jnp.asarray(RAY_INB)[p, d]
+    enemy_at, trans_at = enemy_transmission_at(state)
+    t_on = trans_at[idx] & inb
+    e_on = enemy_at[idx] & inb
+    b_on = (state.content[idx] == BLOCK) & inb
+    stop = ~inb | t_on | e_on | b_on
+    k = jnp.argmax(stop)                         # first stopping cell (a ray always stops at the edge)
+    cell = idx[k]
+    hit_t = stop[k] & t_on[k]
+    hit_e = stop[k] & ~t_on[k] & e_on[k]
+    # target = first entity (list order) of that kind on the cell
+    kind = jnp.where(hit_t, ~state.ent_enemy, state.ent_enemy)
+    match = state.ent_active & kind & (state.ent_pos == cell) & (hit_t | hit_e)
+    slot = jnp.argmin(jnp.where(match, state.ent_order, BIG))
+    has_target = jnp.any(match)
+    new_hp = state.ent_hp[slot] - state.attack
+    dies = has_target & (hit_t | (new_hp <= 0))
+    kills = (dies & ~state.ent_sched[slot]).astype(i32)
+    attacked = state.replace(
+        ent_active=state.ent_active.at[slot].set(jnp.where(dies, False, state.ent_active[slot])),
+        ent_hp=state.ent_hp.at[slot].set(jnp.where(hit_e & has_target, jnp.maximum(new_hp, 0), state.ent_hp[slot])),
+        ent_stunned=state.ent_stunned.at[slot].set(state.ent_stunned[slot] | (hit_e & has_target & ~dies)),
+    )
+    # move (R43, R44, R45)
+    dest = jnp.asarray(NBR_IDX)[p, d]
+    pickup = state.content[dest] == DATA_SIPHON
+    moved = state.replace(
+        player_pos=dest,
+        siphons=state.siphons + pickup.astype(i32),
+        content=state.content.at[dest].set(jnp.where(pickup, EMPTY, state.content[dest])),
+    )
+    reached = state.content[dest] == EXIT
+    out = jax.tree.map(lambda a, b: jnp.where(has_target, a, b), attacked, moved)
+    return out, kills, pickup & ~has_target, reached & ~has_target
+
+
+# ----------------------------------------------------------------------------- siphon
+def _cross_agg(x, op):
+    """Aggregate a per-cell [36] array over each cell's siphon cross (R47) with ``op``."""
+    g = jnp.pad(x.reshape(6, 6), 1)     # zero border = out of bounds (identity for + and |)
+    c = g[1:-1, 1:-1]
+    return op(op(op(op(c, g[2:, 1:-1]), g[:-2, 1:-1]), g[1:-1, :-2]), g[1:-1, 2:]).reshape(36)
+
+
+def siphon_quality_missed(state):
+    """R117: (missedC + missedN) of the best dominating position, 0 if none dominates."""
+    block = state.content == BLOCK
+    cross = jnp.asarray(CROSS)                                  # [p, q]
+    live = ~state.siphoned
+    data_pay = block & live & state.blk_data                   # question payloads included
+    prog_pay = block & live & ~state.blk_data & ~state.owned[state.blk_program]
+    dval = jnp.where(data_pay, jnp.left_shift(1, 3 * (state.blk_points - 1)), 0)  # base-8 multiset code
+    pbit = jnp.where(prog_pay, jnp.left_shift(1, state.blk_program), 0)
+    cval = jnp.where(~block & live, state.res_credits, 0)
+    nval = jnp.where(~block & live, state.res_energy, 0)
+    add = lambda a, b: a + b
+    D = _cross_agg(dval, add)
+    C = _cross_agg(cval, add)
+    N = _cross_agg(nval, add)
+    P = _cross_agg(pbit, jnp.bitwise_or)
+    D, C, N, P = (jnp.where(block, 0, v) for v in (D, C, N, P))
+    me = state.player_pos
+    cur_has = (D[me] != 0) | (P[me] != 0)
+    B = block & live & cross[me]                               # unsiphoned blocks in current cross
+    covers = _cross_agg(B.astype(i32), add) == jnp.sum(B, dtype=i32)  # cross(q) contains all of B
+    cand = ~block & jnp.where(cur_has, covers, True)
+    dom = cand & (D == D[me]) & (P == P[me]) & (C >= C[me]) & (N >= N[me]) & ((C > C[me]) | (N > N[me]))
+    missed_c = jnp.max(jnp.where(dom, C - C[me], 0))
+    missed_n = jnp.max(jnp.where(dom, N - N[me], 0))
+    return jnp.where(jnp.any(dom), missed_c + missed_n, 0).astype(i32)
+
+
+def _siphon(state):
+    """R47-R49 (quality is evaluated separately on the pre-state)."""
+    me = state.player_pos
+    block = state.content == BLOCK
+    proc = jnp.asarray(CROSS)[me] & ~state.siphoned
+    nb = proc & ~block
+    bk = proc & block
+    gained_prog = jnp.any(bk[:, None] & ~state.blk_data[:, None]
+                          & (state.blk_program[:, None] == jnp.arange(NUM_PROGRAMS)), axis=0)
+    return state.replace(
+        siphon_center=state.siphon_center.at[me].set(True),
+        credits=state.credits + jnp.sum(jnp.where(nb, state.res_credits, 0)),
+        energy=state.energy + jnp.sum(jnp.where(nb, state.res_energy, 0)),
+        res_credits=jnp.where(nb, 0, state.res_credits),
+        res_energy=jnp.where(nb, 0, state.res_energy),
+        score=state.score + jnp.sum(jnp.where(bk & state.blk_data, state.blk_points, 0)),
+        owned=state.owned | gained_prog,
+        pending_siphon=state.pending_siphon + jnp.sum(jnp.where(bk, state.blk_spawn, 0)),
+        blk_spawn=jnp.where(bk, 0, state.blk_spawn),
+        blk_question=jnp.where(bk, False, state.blk_question),
+        siphoned=state.siphoned | proc,
+        siphons=state.siphons - 1,
+        sched_interval=jnp.maximum(4, state.sched_interval - 1),
+        next_sched_turn=state.next_sched_turn + 5,
+    )
+
+
+# ----------------------------------------------------------------------------- stage
+def _advance(need, state, sd):
+    adv = state.replace(stage=state.stage + 1, sched_interval=13 - (state.stage + 1))
+    return initialize_stage_seeded(adv, sd, need)
+
+
+_advance_compact = compacted(_advance)
+
+
+def complete_stage(won, key, need=True):
+    """R68 for a stage < 8: ``won`` already has HP + 1. Generation runs only where ``need``;
+    elsewhere the result is ``won`` (see compact.py)."""
+    return _advance_compact(jnp.asarray(need), won, won, rng.seed(key))
+
+
+# ----------------------------------------------------------------------------- step
+def step(state, action, key, params):
+    """Returns (state, reward, terminated, info) for one agent action (R39)."""
+    k_stage, k_enemy = jax.random.split(key)
+    action = jnp.asarray(action, i32)
+    mask = action_mask(state)
+    in_range = (action >= 0) & (action < NUM_ACTIONS)
+    valid = in_range & mask[jnp.clip(action, 0, NUM_ACTIONS - 1)]
+    old_dist = exit_dist(state)
+    is_siphon = action == A_SIPHON
+    d = jnp.clip(action, 0, 3)
+
+    # player part
+    mv, kills, pickup, reached = _move_or_attack(state, d)
+    missed = siphon_quality_missed(state)
+    sp = _siphon(state)
+    st = jax.tree.map(lambda a, b: jnp.where(is_siphon, a, b), sp, mv)
+    kills = jnp.where(is_siphon, 0, kills)
+    pickup = pickup & ~is_siphon
+    reached = reached & ~is_siphon
+    missed = jnp.where(is_siphon, missed, 0)
+    # exit (R39.4) or enemy phase (R39.5); every implemented action ends the turn (R40)
+    won = st.replace(hp=jnp.minimum(3, st.hp + 1))
+    victory = reached & (st.stage >= 8)
+    phased, dropped = enemy_phase(st, k_enemy)
+    base = jax.tree.map(lambda a, b: jnp.where(reached, a, b), won, phased)
+    st = _advance_compact(reached & ~victory & valid, base, won, rng.seed(k_stage))
+    dropped = jnp.where(reached, 0, dropped)
+
+    # reward (§11)
+    hp0, hp1 = state.hp, st.hp
+    dead = hp1 == 0
+    new_dist = exit_dist(st)
+    delta = jnp.where(dead, 0, jnp.where(reached, old_dist, old_dist - new_dist))
+    stage_idx = jnp.clip(st.stage - 2, 0, 7)
+    enemy_adj = st.ent_active & st.ent_enemy & st.ent_siphon & (
+        (jnp.abs(st.ent_pos // 6 - st.player_pos // 6) + jnp.abs(st.ent_pos % 6 - st.player_pos % 6)) == 1)
+    terms = {
+        "step": -params.step_penalty * jnp.ones((), f32),
+        "stage": jnp.where(reached, params.stage_coef * jnp.asarray(STAGE_REWARDS)[stage_idx], 0.0),
+        "score": params.score_coef * (st.score - state.score),
+        "kills": params.kill_coef * kills,
+        "dataSiphon": jnp.where(pickup, params.pickup_reward, 0.0),
+        "distance": params.distance_coef * jnp.maximum(delta, 0),
+        "victory": jnp.where(victory, params.victory_bonus + params.victory_score_coef * st.score, 0.0),
+        "death": jnp.where(dead, -params.death_coef * jnp.asarray(DEATH_PENALTY_SUMS)[jnp.clip(st.stage - 1, 0, 7)], 0.0),
+        "resourceGain": params.resource_gain_coef * ((st.credits - state.credits) + (st.energy - state.energy)),
+        "resourceHolding": jnp.where(reached, params.resource_holding_coef * (st.credits + st.energy), 0.0),
+        "damagePenalty": -params.damage_coef * jnp.maximum(hp0 - hp1, 0),
+        "hpRecovery": params.hp_recovery_coef * jnp.maximum(hp1 - hp0, 0),
+        "siphonQuality": -params.siphon_quality_coef * missed,
+        "programWaste": jnp.where((action == A_RESET) & (hp0 == 2), -params.program_waste, 0.0),
+        "siphonDeathPenalty": jnp.where(dead & jnp.any(enemy_adj), -params.siphon_death_penalty, 0.0),
+    }
+    terms = {k: jnp.where(valid, jnp.asarray(terms[k], f32), jnp.float32(0.0)) for k in REWARD_TERMS}
+    reward = jnp.float32(0.0)
+    for k in REWARD_TERMS:
+        reward = reward + terms[k]
+    # invalid action (R121, D5): nothing changes
+    st = jax.tree.map(lambda a, b: jnp.where(valid, a, b), st, state)
+    st = st.replace(time=state.time + 1)
+    terminated = ~valid | dead & valid | victory & valid
+    info = {
+        "invalid_action": ~valid,
+        "victory": victory & valid,
+        "dropped_transmissions": jnp.where(valid, dropped, 0).astype(i32),
+        "reward_terms": terms,
+    }
+    return st, reward, terminated, info

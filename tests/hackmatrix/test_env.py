@@ -1,0 +1,221 @@
+"""API contract, observation layout (R95-R102), generation (R25-R35) and rollout properties."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from gymnax.environments import spaces
+
+from hephaestus.envs.hackmatrix import EnvParams, EnvState, HackMatrix, make_state, render_text
+from hephaestus.envs.hackmatrix.constants import (
+    BLOCK, CORNERS, DATA_SIPHON, EMPTY, EXIT, IS_CORNER, PROGRAM_SPAWN,
+)
+from hephaestus.envs.hackmatrix.observe import observation
+from hephaestus.envs.hackmatrix.state import REWARD_TERMS
+
+from hm_helpers import ENV, PARAMS, cell, check_sum, py_bfs_connected, step
+
+B, T = 16, 96
+
+
+def gi(r, c, ch):
+    return 33 + (6 * r + c) * 42 + ch
+
+
+@functools.lru_cache(maxsize=None)
+def _resets(n=96, seed=0):
+    keys = jax.random.split(jax.random.key(seed), n)
+    obs, st = jax.jit(jax.vmap(ENV.reset, in_axes=(0, None)))(keys, PARAMS)
+    return jax.device_get(obs), jax.device_get(st)
+
+
+@functools.lru_cache(maxsize=None)
+def _rollout():
+    def policy(k, m):
+        return jax.random.categorical(k, jnp.where(m, 0.0, -1e9)).astype(jnp.int32)
+
+    vstep = jax.vmap(ENV.step, in_axes=(0, 0, 0, None))
+
+    @jax.jit
+    def run(key):
+        obs, st = jax.vmap(ENV.reset, in_axes=(0, None))(jax.random.split(key, B), PARAMS)
+
+        def body(c, k):
+            obs, st = c
+            ka, ks = jax.random.split(k)
+            a = jax.vmap(policy)(jax.random.split(ka, B), obs["action_mask"])
+            obs2, st2, r, te, tr, info = vstep(jax.random.split(ks, B), st, a, PARAMS)
+            out = dict(obs=obs2, r=r, te=te, tr=tr, terms=info["reward_terms"], stage=info["stage"],
+                       invalid=info["invalid_action"], mask_in_info=info["action_mask"], st=st2,
+                       final_obs=info["final_observation"])
+            return (obs2, st2), out
+
+        _, outs = jax.lax.scan(body, (obs, st), jax.random.split(key, T))
+        return outs
+
+    return jax.device_get(run(jax.random.key(7)))
+
+
+def test_api_contract():
+    env = HackMatrix()
+    assert env.num_actions == 28 and env.name == "HackMatrix"
+    assert isinstance(env.action_space(PARAMS), spaces.Discrete) and env.action_space(PARAMS).n == 28
+    assert env.observation_space(PARAMS).spaces["obs"].shape == (1545,)
+    p = env.default_params
+    assert isinstance(p, EnvParams) and p.max_steps_in_episode == 1000
+    obs, st = _resets()
+    assert obs["obs"].shape == (96, 1545) and obs["obs"].dtype == np.float32
+    assert obs["action_mask"].shape == (96, 28) and obs["action_mask"].dtype == np.bool_
+    assert isinstance(st, EnvState)
+    # strongly typed leaves only: int32 / bool / uint32-free, no weak types
+    s0 = make_state()
+    for k in s0.__dataclass_fields__:
+        v = getattr(s0, k)
+        assert isinstance(v, jax.Array) and not v.weak_type, k
+        assert v.dtype in (jnp.int32, jnp.bool_, jnp.float32), (k, v.dtype)
+        assert getattr(st, k).dtype == v.dtype and getattr(st, k).shape[1:] == v.shape, k
+
+
+def test_D6_truncation_is_not_termination():
+    s = make_state(player=(0, 0), exit=(5, 5), time=999)
+    obs, s2, r, te, tr, info = jax.jit(ENV.step)(jax.random.key(0), s, jnp.int32(0), PARAMS)
+    assert bool(tr) and not bool(te) and bool(info["truncated"])
+    assert int(s2.time) == 0                               # auto-reset happened
+    assert int(info["final_observation"]["obs"].shape[0]) == 1545
+
+
+def test_rollout_properties_and_reward_sums():
+    o = _rollout()
+    obs = o["obs"]["obs"]
+    assert obs.shape == (T, B, 1545) and obs.dtype == np.float32
+    assert np.isfinite(obs).all() and (obs >= 0).all()
+    capped = np.ones(1545, bool)
+    capped[[6, 7]] = False                                  # R96: siphons/10, (attack-1)/2 uncapped
+    assert (obs[..., capped] <= 1.0 + 1e-6).all()
+    # masked policy never plays an invalid action
+    assert not o["invalid"].any()
+    assert np.array_equal(o["mask_in_info"], o["final_obs"]["action_mask"])
+    # sampled actions came from the observed mask; episodes do end and reset
+    assert (o["te"] | o["tr"]).any()
+    st = o["st"]
+    assert ((st.hp >= 0) & (st.hp <= 3)).all()
+    # reward == sum of terms (exactly the float32 sum in REWARD_TERMS order)
+    tot = np.zeros_like(o["r"])
+    for k in REWARD_TERMS:
+        tot = tot + o["terms"][k]
+    assert np.allclose(tot, o["r"], atol=1e-5)
+    assert (np.abs(o["terms"]["step"] + 0.01) < 1e-7).all()
+    # occupancy invariants (no PUSH/PULL yet): entities never share a cell, never on the player
+    # cell or on a block (only glitches may stand on blocks)
+    for t in range(T):
+        for b in range(B):
+            act = st.ent_active[t, b]
+            pos = st.ent_pos[t, b][act]
+            assert len(set(pos.tolist())) == len(pos), (t, b)
+            assert st.player_pos[t, b] not in pos.tolist(), (t, b)
+            on_block = st.content[t, b][st.ent_pos[t, b]] == BLOCK
+            ok = ~act | ~on_block | (st.ent_enemy[t, b] & (st.ent_type[t, b] == 2))
+            assert ok.all(), (t, b)
+    # episodes end by death/termination only with terminated flags; stage info is in range
+    assert ((o["stage"] >= 1) & (o["stage"] <= 8)).all()
+    # the observation is that of the post-step state (R95): recompute from the returned state
+    t, b = T - 1, 0
+    s_tb = jax.tree.map(lambda x: x[t, b], st)
+    ref = np.asarray(observation(s_tb))
+    bad = np.nonzero(np.abs(ref - obs[t, b]) > 1e-6)[0]
+    assert bad.size == 0, (bad, ref[bad], obs[t, b][bad])
+
+
+def test_R25_R35_reset_and_generation_properties():
+    obs, st = _resets()
+    n = st.hp.shape[0]
+    seen_counts = set()
+    for i in range(n):
+        s = jax.tree.map(lambda x: x[i], st)
+        p = int(s.player_pos)
+        assert p in CORNERS.tolist()                                           # R25
+        bonus = (int(s.credits) == 10, int(s.energy) == 11, int(s.siphons) == 1)
+        assert sum(bonus) == 1 and int(s.credits) + int(s.energy) + int(s.siphons) in (10, 11, 1)  # R26
+        assert (int(s.stage), int(s.turn), int(s.sched_interval), int(s.next_sched_turn)) == (1, 0, 12, 12)
+        content = np.asarray(s.content)
+        ex = int(s.exit_pos)
+        assert ex in CORNERS.tolist() and ex != p and content[ex] == EXIT       # R29
+        others = [c for c in CORNERS.tolist() if c not in (p, ex)]
+        assert all(content[c] == DATA_SIPHON for c in others) and content[p] == EMPTY
+        blocks = set(np.nonzero(content == BLOCK)[0].tolist())
+        seen_counts.add(len(blocks))
+        assert 5 <= len(blocks) <= 11                                          # R30 (0 only if 100 fail)
+        assert not any(IS_CORNER[c] for c in blocks)                           # R6
+        assert py_bfs_connected(blocks, ex)                                    # R32(a)
+        for c in blocks:                                                       # R32(b)
+            r, k = divmod(c, 6)
+            nbs = [(r + dr) * 6 + k + dc for dr, dc in ((1, 0), (-1, 0), (0, -1), (0, 1))
+                   if 0 <= r + dr < 6 and 0 <= k + dc < 6]
+            assert any(nb not in blocks for nb in nbs)
+        data = np.asarray(s.blk_data)
+        pts = np.asarray(s.blk_points)
+        progs = [int(s.blk_program[c]) for c in blocks if not data[c]]
+        assert len(progs) == len(set(progs))                                   # R31 distinct programs
+        for c in blocks:
+            if data[c]:
+                assert 1 <= pts[c] <= 9 and int(s.blk_spawn[c]) == pts[c]      # R33
+            else:
+                assert int(s.blk_spawn[c]) == PROGRAM_SPAWN[int(s.blk_program[c])]
+        amt = np.asarray(s.res_credits) + np.asarray(s.res_energy)
+        has = (content == EMPTY) | (content == DATA_SIPHON)                    # R34
+        assert ((amt >= 1) & (amt <= 3))[has].all() and (amt[~has] == 0).all()
+        assert not ((np.asarray(s.res_credits) > 0) & (np.asarray(s.res_energy) > 0)).any()
+        act = np.asarray(s.ent_active)
+        assert act.sum() == 1 and not s.ent_enemy[act].any()                   # R35: one transmission
+        tpos = int(s.ent_pos[act][0])
+        assert tpos != p and content[tpos] != BLOCK and int(s.ent_turns[act][0]) == 1
+    assert len(seen_counts) >= 4                                               # block counts vary
+
+
+def test_R98_R101_observation_channels():
+    s = make_state(
+        player=(2, 2), hp=2, credits=60, energy=5, siphons=3, attack=4, stage=3, owned=["CRASH"],
+        exit=(5, 5), data_siphons=[(0, 0)],
+        blocks=[{"pos": (4, 4), "kind": "data", "points": 6},
+                {"pos": (4, 3), "kind": "program", "program": "HACK", "siphoned": True, "spawn": 0},
+                {"pos": (3, 4), "kind": "question", "payload": "program", "program": "ROW"}],
+        resources={(0, 1): ("energy", 3), (1, 1): ("credits", 2)},
+        enemies=[{"type": "cryptog", "pos": (2, 5)}, {"type": "cryptog", "pos": (0, 4)},
+                 {"type": "glitch", "pos": (4, 4), "stunned": True, "siphon": True, "hp": 1}],
+        transmissions=[{"pos": (1, 3), "turns": 2}], siphon_centers=[(1, 1)],
+    )
+    o = np.asarray(observation(s))
+    assert o.shape == (1545,)
+    np.testing.assert_allclose(o[:10], [2 / 5, 2 / 5, 2 / 3, 1.0, 0.1, 2 / 7, 0.3, 1.5, 0, 0], rtol=1e-6)
+    assert o[10 + 2] == 1 and o[10:33].sum() == 1
+    assert o[gi(2, 5, 3)] == 1 and abs(o[gi(2, 5, 4)] - 2 / 3) < 1e-6      # cryptog in row: visible
+    assert o[gi(0, 4, 0):gi(0, 4, 7)].sum() == 0                              # hidden cryptog (R101)
+    assert o[gi(4, 4, 2)] == 1 and o[gi(4, 4, 5)] == 1 and o[gi(4, 4, 6)] == 1
+    assert o[gi(4, 4, 7)] == 1 and abs(o[gi(4, 4, 10)] - 6 / 9) < 1e-6 and abs(o[gi(4, 4, 35)] - 6 / 9) < 1e-6
+    assert o[gi(4, 3, 8)] == 1 and o[gi(4, 3, 11)] == 1 and o[gi(4, 3, 12 + 22)] == 1 and o[gi(4, 3, 35)] == 0
+    q = o[gi(3, 4, 0):gi(3, 4, 42)]
+    assert q[9] == 1 and q.sum() == 1                                         # payload hidden (R102)
+    assert abs(o[gi(1, 3, 36)] - 0.5) < 1e-6
+    assert o[gi(0, 1, 38)] == 1 and abs(o[gi(1, 1, 37)] - 2 / 3) < 1e-6
+    assert o[gi(0, 0, 39)] == 1 and o[gi(5, 5, 40)] == 1 and o[gi(1, 1, 41)] == 1
+    s2 = s.replace(show_activated=jnp.bool_(True))
+    assert np.asarray(observation(s2))[gi(0, 4, 3)] == 1                      # SHOW reveals (R20)
+
+
+def test_render_and_make_state_defaults():
+    s = make_state(player=(0, 0), enemies=[{"type": "virus", "pos": (3, 3)}],
+                   transmissions=[{"pos": (1, 1), "turns": 2}], blocks=[{"pos": (2, 2), "points": 7}])
+    txt = render_text(s)
+    lines = txt.splitlines()
+    assert lines[0].startswith("5 |") and "EX" in lines[0]                   # row 5 on top
+    assert "@" in lines[5] and "V2" in lines[2] and "t2" in lines[4] and "D7" in lines[3]
+    assert "HP 3/3" in txt and "stage 1" in txt
+    assert int(s.exit_pos) == 35 and int(s.sched_interval) == 12 and int(s.next_sched_turn) == 12
+
+
+def test_nested_vmap_and_jit_reset():
+    keys = jax.random.split(jax.random.key(3), 6).reshape(2, 3)
+    obs, st = jax.jit(jax.vmap(jax.vmap(ENV.reset, in_axes=(0, None)), in_axes=(0, None)))(keys, PARAMS)
+    assert obs["obs"].shape == (2, 3, 1545)
+    nb = (np.asarray(st.content) == BLOCK).sum(-1)
+    assert ((nb >= 5) & (nb <= 11)).all()
