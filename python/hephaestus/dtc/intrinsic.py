@@ -1,0 +1,72 @@
+"""Dual-timescale competence: normalised novelty, two EMAs, competence and boredom. All float32.
+
+Per update, given the raw clean novelty x_t of every transition of the fresh rollout:
+
+    m2      <- running mean of x^2 over every transition seen (count-weighted; this batch included)
+    n_t      = x_t / sqrt(m2 + eps)                         per transition, >= 0 (no mean subtraction)
+    nbar     = mean_t n_t                                   global, this update
+    C_fast  <- C_fast + fast_rate * (nbar - C_fast)         EMA(novelty, 0.1); both EMAs start at the
+    C_slow  <- C_slow + slow_rate * (nbar - C_slow)         first update's nbar
+    c        = relu(C_slow - C_fast)                        global: novelty is falling, i.e. learning
+    boredom <- clip(boredom + rise * [c < threshold] - decay * [c >= threshold], 0, 1)
+    r_int_t  = coef * (n_t + competence_coef * c * n_t)     per transition
+
+The competence c is one number per update; added to every reward as is, it would be a constant shift
+(almost entirely absorbed by the critic's baseline, so the advantages barely move). It therefore acts as a
+per-update *gain* on the per-transition novelty: while the ensemble is still getting better (novelty falling),
+novel transitions pay more. Boredom is global and does not enter the reward; it sets the dream horizon of
+part 2: horizon = max_h - boredom * (max_h - min_h).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+EPS = 1e-8
+
+
+@struct.dataclass
+class IntrinsicState:
+    count: jax.Array  # float32[] transitions seen
+    m2: jax.Array  # float32[] running mean of novelty^2
+    c_fast: jax.Array
+    c_slow: jax.Array
+    boredom: jax.Array
+    updates: jax.Array  # float32[] updates seen (0: EMAs not started)
+
+
+def intrinsic_init() -> IntrinsicState:
+    z = jnp.float32(0.0)
+    return IntrinsicState(count=z, m2=z, c_fast=z, c_slow=z, boredom=z, updates=z)
+
+
+def normalise(state: IntrinsicState, raw):
+    """Fold the batch into the running second moment, then divide by its root. Returns (state, n)."""
+    raw = raw.astype(jnp.float32)
+    k = jnp.float32(raw.size)
+    count = state.count + k
+    m2 = state.m2 + (jnp.mean(raw ** 2) - state.m2) * (k / count)
+    return state.replace(count=count, m2=m2), raw / jnp.sqrt(m2 + EPS)
+
+
+def ema(prev, x, rate, started):
+    """EMA step; the first observation initialises it."""
+    return jnp.where(started, prev + rate * (x - prev), x)
+
+
+def competence_step(state: IntrinsicState, nbar, fast_rate, slow_rate, threshold, rise, decay):
+    """Update both EMAs with this update's mean novelty, then competence and boredom."""
+    started = state.updates > 0
+    c_fast = ema(state.c_fast, nbar, fast_rate, started)
+    c_slow = ema(state.c_slow, nbar, slow_rate, started)
+    competence = jnp.maximum(c_slow - c_fast, 0.0)
+    learning = competence >= threshold
+    boredom = jnp.clip(state.boredom + jnp.where(learning, -decay, rise), 0.0, 1.0)
+    state = state.replace(c_fast=c_fast, c_slow=c_slow, boredom=boredom, updates=state.updates + 1.0)
+    return state, competence
+
+
+def dream_horizon(boredom, min_h: int, max_h: int):
+    return max_h - boredom * (max_h - min_h)

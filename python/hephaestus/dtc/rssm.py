@@ -1,0 +1,287 @@
+"""RSSM world model and its K-member ensemble (parameters stacked on a leading axis, run with `jax.vmap`).
+
+One member:
+
+    h_t      = GRU(h_{t-1}, [z_{t-1}, a_{t-1}])        deterministic state (reset to 0 at episode starts)
+    p(z_t | h_t)                                      prior: what imagination samples, needs no observation
+    q(z_t | h_t, o_t)                                 posterior: filtering on real observations
+    symlog(o_t) ~ N(decoder(h_t, z_t), diag(exp(v)))   learned per-dimension log-variance v (per member)
+    r_t, c_t = heads(h_{t+1}, z_{t+1} ~ p(.|h_{t+1}))  reward and continuation of the transition (o_t, a_t)
+
+z is `stoch_groups` categoricals of `stoch_classes` classes each, sampled one-hot with straight-through
+gradients and a 1% uniform mixture ("unimix") so no class probability collapses to 0 (KL stays finite).
+Reward and continuation heads sit on the state *after* the action, predicted from the prior, which is the
+state imagination (part 2) produces; so terminal rewards are learned even though the batch never stores the
+final observation of an episode.
+
+Precision: Dense/GRU matmuls run in `dtype` (bfloat16 if the pipeline's --dtype asks); parameters, logits,
+log-variances, KLs and every reduction are float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+LOGVAR_MIN, LOGVAR_MAX = -10.0, 4.0
+# The decoder's log-variance starts at this (a small predicted variance), so an untrained ensemble's
+# disagreement is not hidden under a large aleatoric term; training then fits the variance to the residuals.
+LOGVAR_OFFSET = -8.0
+
+
+def symlog(x):
+    return jnp.sign(x) * jnp.log1p(jnp.abs(x))
+
+
+def symexp(x):
+    return jnp.sign(x) * jnp.expm1(jnp.abs(x))
+
+
+@dataclass(frozen=True)
+class RSSMSizes:
+    obs_dim: int
+    action_dim: int
+    discrete: bool
+    deter: int = 64
+    groups: int = 8
+    classes: int = 8
+    hidden: int = 64
+    unimix: float = 0.01
+    dtype: str = "float32"
+
+    @property
+    def stoch(self) -> int:
+        return self.groups * self.classes
+
+
+def _dense(features, dtype, name=None, scale=1.0):
+    return nn.Dense(features, dtype=dtype, param_dtype=jnp.float32, name=name,
+                    kernel_init=nn.initializers.variance_scaling(scale, "fan_avg", "truncated_normal"))
+
+
+class _MLP(nn.Module):
+    hidden: int
+    out: int
+    dtype: jnp.dtype
+    layers: int = 1
+    out_scale: float = 1.0
+    norm: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        x = x.astype(self.dtype)
+        for _ in range(self.layers):
+            x = _dense(self.hidden, self.dtype)(x)
+            if self.norm:
+                x = nn.LayerNorm(dtype=jnp.float32, param_dtype=jnp.float32)(x.astype(jnp.float32)).astype(self.dtype)
+            x = nn.silu(x)
+        return _dense(self.out, self.dtype, scale=self.out_scale)(x).astype(jnp.float32)
+
+
+class RSSM(nn.Module):
+    sizes: RSSMSizes
+
+    def setup(self):
+        s = self.sizes
+        dt = jnp.bfloat16 if s.dtype == "bfloat16" else jnp.float32
+        self.encoder = _MLP(s.hidden, s.hidden, dt)
+        self.img_in = _MLP(s.hidden, s.hidden, dt, layers=0)
+        self.gru = nn.GRUCell(features=s.deter, dtype=dt, param_dtype=jnp.float32)
+        self.prior_net = _MLP(s.hidden, s.stoch, dt)
+        self.post_net = _MLP(s.hidden, s.stoch, dt)
+        self.decoder = _MLP(s.hidden, s.obs_dim, dt, layers=2)
+        # Per-dimension log-variance, not a function of the state: a state-dependent variance head extrapolates
+        # freely on unseen states and can hide exactly the disagreement novelty is meant to find.
+        self.obs_logvar = self.param("obs_logvar", nn.initializers.zeros, (s.obs_dim,), jnp.float32)
+        self.reward_head = _MLP(s.hidden, 1, dt, out_scale=0.1)
+        self.cont_head = _MLP(s.hidden, 1, dt)
+
+    def __call__(self, obs, action_vec, key):
+        """Touches every submodule once (for `init`)."""
+        h = jnp.zeros(obs.shape[:-1] + (self.sizes.deter,), jnp.float32)
+        post = self.post_logits(h, self.encode(obs))
+        z = sample_latent(key, post)
+        h2 = self.gru_step(h, z, action_vec)
+        mean, logvar = self.decode(h2, sample_latent(key, self.prior_logits(h2)))
+        reward, cont = self.heads(h2, z)
+        return mean, logvar, reward, cont
+
+    # --- pieces, each usable on its own (vmap/scan-friendly) ---------------------------------------
+
+    def encode(self, obs):
+        return self.encoder(symlog(obs))
+
+    def _logits(self, raw):
+        s = self.sizes
+        logits = raw.reshape(raw.shape[:-1] + (s.groups, s.classes)).astype(jnp.float32)
+        probs = jax.nn.softmax(logits, -1)
+        probs = (1.0 - s.unimix) * probs + s.unimix / s.classes
+        return jnp.log(probs)  # normalised log-probabilities with the uniform mixture folded in
+
+    def prior_logits(self, h):
+        return self._logits(self.prior_net(h))
+
+    def post_logits(self, h, emb):
+        return self._logits(self.post_net(jnp.concatenate([h, emb], -1)))
+
+    def gru_step(self, h, z_flat, action_vec):
+        x = self.img_in(jnp.concatenate([z_flat, action_vec.astype(jnp.float32)], -1))
+        h_new, _ = self.gru(h.astype(jnp.float32), nn.silu(x))
+        return h_new.astype(jnp.float32)
+
+    def decode(self, h, z_flat):
+        mean = self.decoder(jnp.concatenate([h, z_flat], -1))
+        logvar = jnp.clip(self.obs_logvar + LOGVAR_OFFSET, LOGVAR_MIN, LOGVAR_MAX)
+        return mean, jnp.broadcast_to(logvar, mean.shape)
+
+    def heads(self, h, z_flat):
+        feat = jnp.concatenate([h, z_flat], -1)
+        return self.reward_head(feat)[..., 0], self.cont_head(feat)[..., 0]
+
+
+def sample_latent(key, logits):
+    """One-hot sample per group with straight-through gradients; returns flat [..., groups * classes]."""
+    probs = jnp.exp(logits)
+    idx = jax.random.categorical(key, logits, axis=-1)
+    onehot = jax.nn.one_hot(idx, logits.shape[-1], dtype=jnp.float32)
+    z = onehot + probs - jax.lax.stop_gradient(probs)
+    return z.reshape(z.shape[:-2] + (-1,))
+
+
+def latent_mean(logits):
+    """Expected one-hot (the class probabilities), flat: a deterministic stand-in for a sample."""
+    probs = jnp.exp(logits)
+    return probs.reshape(probs.shape[:-2] + (-1,))
+
+
+def categorical_kl(p_logits, q_logits):
+    """KL(p || q), summed over classes and groups; float32."""
+    p = jnp.exp(p_logits)
+    return jnp.sum(p * (p_logits - q_logits), axis=(-2, -1))
+
+
+def action_vector(action, sizes: RSSMSizes):
+    if sizes.discrete:
+        return jax.nn.one_hot(action, sizes.action_dim, dtype=jnp.float32)
+    return action.astype(jnp.float32)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Single-member functions. The ensemble vmaps them over stacked parameters (and per-member keys).
+
+def latent_mode(logits):
+    """The most likely class of each group, one-hot, flat: deterministic and on the training distribution."""
+    onehot = jax.nn.one_hot(jnp.argmax(logits, -1), logits.shape[-1], dtype=jnp.float32)
+    return onehot.reshape(onehot.shape[:-2] + (-1,))
+
+
+def observe(model: RSSM, params, obs, action, first, h0, key, sample: bool = True):
+    """Filter a batch of sequences with the posterior.
+
+    obs [L, B, D], action [L, B] (or [L, B, A]), first bool[L, B] (episode starts here: state reset), h0 [B, H].
+    Returns dict of [L, B, ...]: h (state at t), z (posterior sample), post/prior (logits at t), h_next (state
+    after a_t, not reset), prior_next (logits of p(z_{t+1} | h_next)); and the carry h after the last step.
+    `sample=False` filters with the posterior's mode instead of a sample (deterministic: for novelty, so
+    members disagree about the world rather than about their random draws).
+    """
+    sizes = model.sizes
+    emb = model.apply(params, obs, method=RSSM.encode)
+    a_vec = action_vector(action, sizes)
+
+    def step(h, x):
+        emb_t, a_t, first_t, key_t = x
+        h = jnp.where(first_t[:, None], 0.0, h)
+        post = model.apply(params, h, emb_t, method=RSSM.post_logits)
+        z = sample_latent(key_t, post) if sample else latent_mode(post)
+        h_next = model.apply(params, h, z, a_t, method=RSSM.gru_step)
+        return h_next, (h, z, post, h_next)
+
+    keys = jax.random.split(key, obs.shape[0])
+    h_last, (h, z, post, h_next) = jax.lax.scan(step, h0, (emb, a_vec, first, keys))
+    prior = model.apply(params, h, method=RSSM.prior_logits)
+    prior_next = model.apply(params, h_next, method=RSSM.prior_logits)
+    return {"h": h, "z": z, "post": post, "prior": prior, "h_next": h_next, "prior_next": prior_next}, h_last
+
+
+def imagine(model: RSSM, params, h, z, actions, key):
+    """Prior-only rollout (no observations): from state (h [B, H], z [B, S]) take actions [L, B(, A)].
+    Returns dict of [L, B, ...]: h, z, reward (symlog space), cont_logit, obs_mean, obs_logvar (symlog space)."""
+    a_vec = action_vector(actions, model.sizes)
+
+    def step(carry, x):
+        h, z = carry
+        a_t, key_t = x
+        h = model.apply(params, h, z, a_t, method=RSSM.gru_step)
+        z = sample_latent(key_t, model.apply(params, h, method=RSSM.prior_logits))
+        reward, cont = model.apply(params, h, z, method=RSSM.heads)
+        mean, logvar = model.apply(params, h, z, method=RSSM.decode)
+        return (h, z), {"h": h, "z": z, "reward": reward, "cont_logit": cont, "obs_mean": mean,
+                        "obs_logvar": logvar}
+
+    _, out = jax.lax.scan(step, (h, z), (a_vec, jax.random.split(key, a_vec.shape[0])))
+    return out
+
+
+def member_loss(model: RSSM, params, seq, key, free_bits=1.0, kl_dyn=0.5, kl_rep=0.1):
+    """World-model loss of one member on sequences [L, B]: Gaussian NLL of symlog(obs) (learned variance),
+    KL balancing with free bits, symlog-MSE reward and Bernoulli continuation of each transition."""
+    key_obs, key_prior = jax.random.split(key)
+    first = seq["first"]
+    h0 = jnp.zeros((first.shape[1], model.sizes.deter), jnp.float32)
+    out, _ = observe(model, params, seq["obs"], seq["action"], first, h0, key_obs)
+    mean, logvar = model.apply(params, out["h"], out["z"], method=RSSM.decode)
+    target = symlog(seq["obs"])
+    nll = 0.5 * (logvar + (target - mean) ** 2 * jnp.exp(-logvar) + jnp.log(2 * jnp.pi))
+    recon = jnp.mean(jnp.sum(nll, -1))
+    mse = jnp.mean(jnp.sum((target - mean) ** 2, -1))
+    sg = jax.lax.stop_gradient
+    dyn = jnp.mean(jnp.maximum(categorical_kl(sg(out["post"]), out["prior"]), free_bits))
+    rep = jnp.mean(jnp.maximum(categorical_kl(out["post"], sg(out["prior"])), free_bits))
+    kl = jnp.mean(categorical_kl(out["post"], out["prior"]))
+    z_next = sample_latent(key_prior, out["prior_next"])
+    reward, cont_logit = model.apply(params, out["h_next"], z_next, method=RSSM.heads)
+    reward_loss = jnp.mean((reward - symlog(seq["reward"])) ** 2)
+    cont = 1.0 - seq["terminated"].astype(jnp.float32)
+    cont_loss = jnp.mean(optax_sigmoid_bce(cont_logit, cont))
+    total = recon + kl_dyn * dyn + kl_rep * rep + reward_loss + cont_loss
+    return total, {"wm/loss": total, "wm/recon_nll": recon, "wm/recon_mse": mse, "wm/kl": kl,
+                   "wm/reward_loss": reward_loss, "wm/cont_loss": cont_loss}
+
+
+def optax_sigmoid_bce(logits, labels):
+    return jnp.maximum(logits, 0) - logits * labels + jnp.log1p(jnp.exp(-jnp.abs(logits)))
+
+
+def predict_next(model: RSSM, params, out):
+    """Each transition's one-step prediction of the next observation from the prior after the action:
+    (mean, variance) in symlog space, float32 [L, B, D]. Uses the prior's mode in place of a sample, so the
+    prediction is deterministic given the state."""
+    mean, logvar = model.apply(params, out["h_next"], latent_mode(out["prior_next"]), method=RSSM.decode)
+    return mean, jnp.exp(logvar)
+
+
+def clean_novelty(means, variances, reduce: str = "mean"):
+    """Ensemble "clean novelty" per transition: per dimension, the variance of the K members' predicted
+    means minus the members' mean predicted variance, floored at 0; then reduced over dimensions.
+    means/variances: [K, ..., D] -> [...] float32."""
+    means = means.astype(jnp.float32)
+    disagreement = jnp.var(means, axis=0)
+    aleatoric = jnp.mean(variances.astype(jnp.float32), axis=0)
+    per_dim = jnp.maximum(disagreement - aleatoric, 0.0)
+    return jnp.mean(per_dim, -1) if reduce == "mean" else jnp.sum(per_dim, -1)
+
+
+def init_ensemble(model: RSSM, key, k: int):
+    """Stacked parameters with a leading ensemble axis of length k (each member its own init key)."""
+    s = model.sizes
+    obs = jnp.zeros((1, s.obs_dim), jnp.float32)
+    act = jnp.zeros((1, s.action_dim), jnp.float32)
+
+    def one(key):
+        k_init, k_sample = jax.random.split(key)
+        return model.init(k_init, obs, act, k_sample)
+
+    return jax.jit(jax.vmap(one))(jax.random.split(key, k))

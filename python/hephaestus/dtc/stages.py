@@ -1,0 +1,176 @@
+"""DTC as two pipeline stages, both after `rollout` (selected by `--agent dtc`):
+
+    rollout -> world_model -> intrinsic_reward -> advantage -> ppo_update
+
+* `world_model` owns the ensemble (stacked params + optimizer state), the replay ring buffer and the
+  per-env filter state. Each update it writes the fresh rollout into replay, takes `dtc_wm_steps` gradient
+  steps on replayed sequences, then filters the fresh rollout with the updated ensemble and writes each
+  transition's raw clean novelty into the batch as `dtc_novelty` [T, N] (float32).
+* `intrinsic_reward` owns only float32 running statistics (novelty second moment, C_fast, C_slow,
+  boredom). It reads `dtc_novelty` from the batch, normalises it, updates competence and boredom, and adds
+  `dtc_intrinsic_coef * (novelty + competence term)` to `reward` (keeping the extrinsic reward as
+  `dtc_extrinsic_reward`).
+
+The two share nothing but the batch. Novelty is produced where the model lives, so no parameters travel
+through the batch; the intrinsic side is model-free and could consume novelty from any other source.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from hephaestus.config import DTC_STAGES
+from hephaestus.dtc import intrinsic as intr
+from hephaestus.dtc import replay as rp
+from hephaestus.dtc import rssm
+from hephaestus.stages import Stage, StageContext, register_stage
+
+# Batch keys the DTC stages add ([T, N] float32).
+DTC_BATCH_KEYS = {
+    "dtc_novelty": "raw clean novelty of the transition under the ensemble (world_model)",
+    "dtc_intrinsic_reward": "intrinsic reward added to `reward` (intrinsic_reward)",
+    "dtc_extrinsic_reward": "the environment's reward before the intrinsic part was added (intrinsic_reward)",
+}
+
+
+@struct.dataclass
+class WorldModelState:
+    params: dict  # stacked: every leaf has a leading axis of K
+    opt_state: object  # stacked likewise (one optimizer per member)
+    replay: rp.Replay
+    h: jax.Array  # float32[K, N, deter] filter state per member and env, carried across rollouts
+    first: jax.Array  # bool[N] the next rollout's first observation starts an episode
+
+
+def sizes_from(config, spec) -> rssm.RSSMSizes:
+    return rssm.RSSMSizes(obs_dim=spec.obs_dim, action_dim=spec.action_dim, discrete=spec.discrete,
+                          deter=config.dtc_deter_dim, groups=config.dtc_stoch_groups,
+                          classes=config.dtc_stoch_classes, hidden=config.dtc_hidden_dim,
+                          unimix=config.dtc_unimix, dtype=config.dtype)
+
+
+def make_wm_optimizer(config):
+    return optax.chain(optax.clip_by_global_norm(config.dtc_wm_grad_clip), optax.adam(config.dtc_wm_lr, eps=1e-8))
+
+
+def make_world_model(config, spec):
+    """(model, init(key) -> WorldModelState, train(key, state, batch) -> (state, novelty[T,N], metrics))."""
+    sizes = sizes_from(config, spec)
+    model = rssm.RSSM(sizes)
+    k, n, t, seq_len = config.dtc_ensemble_size, config.num_envs, config.num_steps, config.dtc_seq_len
+    tx = make_wm_optimizer(config)
+    action_shape = () if spec.discrete else (spec.action_dim,)
+    action_dtype = jnp.int32 if spec.discrete else jnp.float32
+    example = {"obs": jax.ShapeDtypeStruct((seq_len, spec.obs_dim), jnp.float32),
+               "action": jax.ShapeDtypeStruct((seq_len,) + action_shape, action_dtype),
+               "reward": jax.ShapeDtypeStruct((seq_len,), jnp.float32),
+               "terminated": jax.ShapeDtypeStruct((seq_len,), jnp.bool_),
+               "done": jax.ShapeDtypeStruct((seq_len,), jnp.bool_)}
+
+    def init(key):
+        params = rssm.init_ensemble(model, key, k)
+        return WorldModelState(params=params, opt_state=jax.vmap(tx.init)(params),
+                               replay=rp.replay_init(config.dtc_replay_capacity, example),
+                               h=jnp.zeros((k, n, sizes.deter), jnp.float32), first=jnp.ones((n,), bool))
+
+    def member_update(params, opt_state, seq, key):
+        grad_fn = jax.value_and_grad(
+            lambda p: rssm.member_loss(model, p, seq, key, config.dtc_free_bits, config.dtc_kl_dyn,
+                                       config.dtc_kl_rep), has_aux=True)
+        (_, stats), grads = grad_fn(params)
+        stats["wm/grad_norm"] = optax.tree.norm(grads)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, stats
+
+    def train(key, state: WorldModelState, batch):
+        done = jnp.logical_or(batch["terminated"], batch["truncated"])
+        fresh = {"obs": batch["obs"], "action": batch["action"], "reward": batch["reward"],
+                 "terminated": batch["terminated"], "done": done}
+        replay = rp.replay_add(state.replay, rp.to_sequences(fresh, seq_len))
+        key_train, key_nov = jax.random.split(key)
+
+        def grad_step(carry, step_key):
+            params, opt_state = carry
+            key_sample, key_members = jax.random.split(step_key)
+            seq = rp.replay_sample(key_sample, replay, config.dtc_wm_batch, config.dtc_frontier_fraction,
+                                   config.dtc_frontier_window)
+            # every replayed sequence starts from a zero state; episode starts inside it reset the state
+            seq["first"] = jnp.concatenate([jnp.ones_like(seq["done"][:1]), seq["done"][:-1]], 0)
+            params, opt_state, stats = jax.vmap(member_update, in_axes=(0, 0, None, 0))(
+                params, opt_state, seq, jax.random.split(key_members, k))
+            return (params, opt_state), jax.tree.map(jnp.mean, stats)
+
+        (params, opt_state), stats = jax.lax.scan(grad_step, (state.params, state.opt_state),
+                                                  jax.random.split(key_train, max(config.dtc_wm_steps, 1)))
+        if config.dtc_wm_steps == 0:  # novelty only (frozen model), e.g. for measuring
+            params, opt_state = state.params, state.opt_state
+        metrics = jax.tree.map(jnp.mean, stats)
+
+        # Filter the fresh rollout with the updated ensemble, carrying each env's state across rollouts.
+        first = jnp.concatenate([state.first[None], done[:-1]], 0)
+        novelty, h_last, parts = ensemble_novelty(model, params, batch["obs"], batch["action"], first, state.h,
+                                                  key_nov)
+        metrics.update({**parts, "wm/replay_count": replay.count.astype(jnp.float32),
+                        "dtc/novelty_raw": jnp.mean(novelty)})
+        state = WorldModelState(params=params, opt_state=opt_state, replay=replay, h=h_last, first=done[-1])
+        return state, novelty, metrics
+
+    return model, init, train
+
+
+def ensemble_novelty(model, params, obs, action, first, h0, key):
+    """Clean novelty of every transition [T, N], the members' final filter states [K, N, deter] and the mean
+    disagreement and aleatoric variance (metrics)."""
+    k = h0.shape[0]
+
+    def member(p, h, key):
+        out, h_last = rssm.observe(model, p, obs, action, first, h, key, sample=False)
+        mean, var = rssm.predict_next(model, p, out)
+        return mean, var, h_last
+
+    means, variances, h_last = jax.vmap(member)(params, h0, jax.random.split(key, k))
+    parts = {"dtc/disagreement": jnp.mean(jnp.var(means, axis=0)), "dtc/aleatoric": jnp.mean(variances)}
+    return rssm.clean_novelty(means, variances), h_last, parts
+
+
+@register_stage("world_model")
+def world_model_stage(ctx: StageContext) -> Stage:
+    _, init, train = make_world_model(ctx.config, ctx.env_spec)
+
+    def apply(key, train_state, batch, state):
+        state, novelty, metrics = train(key, state, batch)
+        return train_state, {**batch, "dtc_novelty": novelty}, state, metrics
+
+    return Stage(name="world_model", apply=apply, init=init, after="rollout")
+
+
+@register_stage("intrinsic_reward")
+def intrinsic_reward_stage(ctx: StageContext) -> Stage:
+    config = ctx.config
+    stages = tuple(config.extra_stages)
+    if "world_model" not in stages or stages.index("world_model") > stages.index("intrinsic_reward"):
+        raise ValueError("stage 'intrinsic_reward' reads the batch's dtc_novelty: put 'world_model' before it "
+                         f"(--agent dtc selects {','.join(DTC_STAGES)})")
+
+    def apply(key, train_state, batch, state: intr.IntrinsicState):
+        state, n = intr.normalise(state, batch["dtc_novelty"])
+        state, competence = intr.competence_step(
+            state, jnp.mean(n), config.dtc_fast_rate, config.dtc_slow_rate, config.dtc_boredom_threshold,
+            config.dtc_boredom_rise, config.dtc_boredom_decay)
+        bonus = config.dtc_intrinsic_coef * (n + config.dtc_competence_coef * competence * n)
+        extrinsic = batch["reward"]
+        abs_int, abs_ext = jnp.sum(jnp.abs(bonus)), jnp.sum(jnp.abs(extrinsic))
+        metrics = {"dtc/novelty": jnp.mean(n), "dtc/c_fast": state.c_fast, "dtc/c_slow": state.c_slow,
+                   "dtc/competence": competence, "dtc/boredom": state.boredom,
+                   "dtc/dream_horizon": intr.dream_horizon(state.boredom, config.dtc_min_horizon,
+                                                           config.dtc_max_horizon),
+                   "dtc/intrinsic_reward": jnp.mean(bonus),
+                   "dtc/intrinsic_share": abs_int / jnp.maximum(abs_int + abs_ext, 1e-8)}
+        batch = {**batch, "reward": extrinsic + bonus, "dtc_intrinsic_reward": bonus,
+                 "dtc_extrinsic_reward": extrinsic}
+        return train_state, batch, state, metrics
+
+    return Stage(name="intrinsic_reward", apply=apply, init=lambda key: intr.intrinsic_init(), after="rollout")

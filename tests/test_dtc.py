@@ -1,0 +1,267 @@
+"""DTC part 1: the RSSM ensemble, on-device replay, the dual-timescale arithmetic and the two stages.
+
+Sizes are tiny on purpose (2-core CI); each test compiles at most one small program.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from hephaestus.config import DTC_STAGES, ConfigError, TrainConfig, resolve
+from hephaestus.dtc import intrinsic as intr
+from hephaestus.dtc import replay as rp
+from hephaestus.dtc import rssm
+from hephaestus.dtc.stages import ensemble_novelty
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZES = rssm.RSSMSizes(obs_dim=3, action_dim=2, discrete=True, deter=16, groups=4, classes=4, hidden=32)
+K = 3
+
+
+@pytest.fixture(scope="module")
+def ensemble():
+    model = rssm.RSSM(SIZES)
+    return model, rssm.init_ensemble(model, jax.random.PRNGKey(0), K)
+
+
+def toy_sequences(key, length, batch, shift=0.0):
+    """A deterministic toy system: obs_{t+1} = A obs_t + B[a_t], from random starts; `shift` moves the starts
+    (and so every state) away from the training distribution."""
+    k_start, k_act = jax.random.split(key)
+    a_mat = jnp.array([[0.9, 0.1, 0.0], [-0.1, 0.9, 0.0], [0.0, 0.0, 1.0]])
+    b = jnp.array([[0.2, 0.0, 0.0], [0.0, -0.2, 0.0]])
+    obs0 = jax.random.uniform(k_start, (batch, 3), minval=-1, maxval=1) + shift
+    actions = jax.random.randint(k_act, (length, batch), 0, 2)
+
+    def step(o, a):
+        return o @ a_mat.T + b[a], o
+
+    _, obs = jax.lax.scan(step, obs0, actions)
+    zeros = jnp.zeros((length, batch))
+    return {"obs": obs, "action": actions, "reward": obs[..., 0], "terminated": zeros.astype(bool),
+            "first": zeros.at[0].set(1).astype(bool)}
+
+
+def test_stacked_parameters_have_an_ensemble_axis_and_members_differ(ensemble):
+    model, params = ensemble
+    for leaf in jax.tree.leaves(params):
+        assert leaf.shape[0] == K and leaf.dtype == jnp.float32
+    seq = toy_sequences(jax.random.PRNGKey(1), 4, 2)
+    h0 = jnp.zeros((K, 2, SIZES.deter))
+    first = seq["first"]
+
+    def member(p, h, key):
+        out, _ = rssm.observe(model, p, seq["obs"], seq["action"], first, h, key)
+        return rssm.predict_next(model, p, out)
+
+    means, variances = jax.jit(jax.vmap(member))(params, h0, jax.random.split(jax.random.PRNGKey(2), K))
+    assert means.shape == (K, 4, 2, 3) and bool(jnp.all(variances > 0))
+    for i in range(K):
+        for j in range(i + 1, K):
+            assert float(jnp.max(jnp.abs(means[i] - means[j]))) > 1e-3
+
+
+def test_posterior_reads_the_observation_prior_does_not_and_imagination_needs_no_observation(ensemble):
+    model, params = ensemble
+    p0 = jax.tree.map(lambda x: x[0], params)
+    h = jax.random.normal(jax.random.PRNGKey(3), (2, SIZES.deter))
+    obs_a, obs_b = jnp.zeros((2, 3)), jnp.ones((2, 3)) * 2.0
+
+    @jax.jit
+    def heads(p0):
+        post = [model.apply(p0, h, model.apply(p0, o, method=rssm.RSSM.encode), method=rssm.RSSM.post_logits)
+                for o in (obs_a, obs_b)]
+        prior = model.apply(p0, h, method=rssm.RSSM.prior_logits)  # a function of h alone
+        # Prior-only imagination: a start state and actions, no observations anywhere.
+        z0 = rssm.sample_latent(jax.random.PRNGKey(4), prior)
+        dream = rssm.imagine(model, p0, h, z0, jnp.array([[0, 1], [1, 1], [0, 0]]), jax.random.PRNGKey(5))
+        return post, prior, dream
+
+    (post_a, post_b), prior, dream = heads(p0)
+    assert float(jnp.max(jnp.abs(post_a - post_b))) > 1e-3
+    assert prior.shape == post_a.shape
+    np.testing.assert_allclose(np.exp(prior).sum(-1), 1.0, rtol=1e-5)
+    assert float(jnp.min(jnp.exp(prior))) >= SIZES.unimix / SIZES.classes * 0.999  # unimix floor
+    assert dream["obs_mean"].shape == (3, 2, 3) and dream["reward"].shape == (3, 2)
+    assert all(bool(jnp.all(jnp.isfinite(v))) for v in dream.values())
+
+
+def test_training_lowers_novelty_on_seen_transitions_below_unseen_ones(ensemble):
+    model, params = ensemble
+    tx = optax.adam(3e-3)
+    train_seq = toy_sequences(jax.random.PRNGKey(6), 8, 16)
+
+    def member_step(p, o, key):
+        (loss, stats), grads = jax.value_and_grad(
+            lambda p: rssm.member_loss(model, p, train_seq, key), has_aux=True)(p)
+        updates, o = tx.update(grads, o, p)
+        return optax.apply_updates(p, updates), o, stats, optax.tree.norm(grads)
+
+    @jax.jit
+    def train(params, opt_state, key):
+        def body(carry, key):
+            p, o = carry
+            p, o, stats, gnorm = jax.vmap(member_step)(p, o, jax.random.split(key, K))
+            return (p, o), (stats["wm/loss"], gnorm)
+
+        return jax.lax.scan(body, (params, opt_state), jax.random.split(key, 300))
+
+    def novelty(params, seq):
+        h0 = jnp.zeros((K, seq["obs"].shape[1], SIZES.deter))
+        return ensemble_novelty(model, params, seq["obs"], seq["action"], seq["first"], h0,
+                                jax.random.PRNGKey(8))[0]
+
+    novelty = jax.jit(novelty)
+    unseen_seq = toy_sequences(jax.random.PRNGKey(9), 8, 16, shift=3.0)
+    (trained, _), (losses, gnorms) = train(params, jax.vmap(tx.init)(params), jax.random.PRNGKey(7))
+    losses, gnorms = np.asarray(losses), np.asarray(gnorms)
+    assert np.all(np.isfinite(losses)) and np.all(losses != 0)
+    assert np.all(np.isfinite(gnorms)) and np.all(gnorms > 0)
+    assert losses[-10:].mean() < losses[:10].mean()  # it learns
+    seen, unseen = float(novelty(trained, train_seq).mean()), float(novelty(trained, unseen_seq).mean())
+    assert np.isfinite(seen) and np.isfinite(unseen)
+    assert seen < unseen, (seen, unseen)
+
+
+def test_clean_novelty_is_disagreement_minus_mean_variance_floored_at_zero():
+    means = jnp.array([[[0.0, 1.0]], [[2.0, 1.0]]])  # K=2, one transition, 2 dims
+    variances = jnp.array([[[0.5, 0.1]], [[0.5, 0.3]]])
+    # dim 0: var of means = 1.0, mean var = 0.5 -> 0.5; dim 1: 0 - 0.2 -> floored at 0; mean over dims
+    np.testing.assert_allclose(rssm.clean_novelty(means, variances), [0.25], rtol=1e-6)
+
+
+def test_replay_wraps_and_sampling_is_stratified():
+    example = {"id": jax.ShapeDtypeStruct((2,), jnp.int32)}
+    replay = rp.replay_init(10, example)
+    written = 0
+    for _ in range(2):  # 8 of 10 slots: still filling
+        replay = rp.replay_add(replay, {"id": jnp.arange(written, written + 4)[:, None].repeat(2, 1)})
+        written += 4
+    assert int(replay.ptr) == 8 and int(replay.count) == 8
+    idx, front = rp.sample_indices(jax.random.PRNGKey(0), replay, 1000, 0.5, window=20)  # window > count
+    idx, front = np.asarray(idx), np.asarray(front)
+    assert front.sum() == 500 and np.all(idx < 8) and np.all(idx >= 0)
+
+    replay = rp.replay_add(replay, {"id": jnp.arange(8, 12)[:, None].repeat(2, 1)})  # wraps: 8, 9, 0, 1
+    assert int(replay.ptr) == 2 and int(replay.count) == 10
+    ids = np.asarray(replay.data["id"][:, 0])
+    np.testing.assert_array_equal(ids, [10, 11, 2, 3, 4, 5, 6, 7, 8, 9])
+
+    idx, front = rp.sample_indices(jax.random.PRNGKey(1), replay, 2000, 0.25, window=3)
+    idx, front = np.asarray(idx), np.asarray(front)
+    assert front.sum() == 500
+    # the frontier is the 3 most recently written sequences (ids 9, 10, 11), across the wrap
+    assert set(ids[idx[front]]) == {9, 10, 11}
+    episodic = ids[idx[~front]]
+    assert set(episodic) == set(range(2, 12))  # every stored sequence, none overwritten
+    counts = np.bincount(episodic, minlength=12)[2:]
+    assert counts.min() > 1500 / 10 * 0.6  # roughly uniform
+
+    seqs = rp.replay_sample(jax.random.PRNGKey(2), replay, 4, 0.5, 3)
+    assert seqs["id"].shape == (2, 4)  # time-major [L, B]
+
+
+def test_rollout_is_cut_into_env_sequences():
+    t, n, seq_len = 8, 3, 4
+    x = jnp.arange(t * n).reshape(t, n)  # value = step * n + env
+    seqs = rp.to_sequences({"x": x}, seq_len)["x"]
+    assert seqs.shape == (t // seq_len * n, seq_len)
+    np.testing.assert_array_equal(seqs[1], [1, 4, 7, 10])  # chunk 0, env 1: steps 0..3
+    np.testing.assert_array_equal(seqs[n + 2], [14, 17, 20, 23])  # chunk 1, env 2: steps 4..7
+
+
+def test_ema_competence_and_boredom_match_hand_computed_values():
+    state = intr.intrinsic_init()
+    args = dict(fast_rate=0.1, slow_rate=0.005, threshold=0.01, rise=0.1, decay=0.3)
+    expected_fast, expected_slow = [], []
+    fast = slow = None
+    for x in (1.0, 0.5, 0.2, 0.2):
+        fast = x if fast is None else fast + 0.1 * (x - fast)
+        slow = x if slow is None else slow + 0.005 * (x - slow)
+        expected_fast.append(fast)
+        expected_slow.append(slow)
+    got = []
+    for x in (1.0, 0.5, 0.2, 0.2):
+        state, c = intr.competence_step(state, jnp.float32(x), **args)
+        got.append((float(state.c_fast), float(state.c_slow), float(c), float(state.boredom)))
+    got = np.array(got)
+    np.testing.assert_allclose(got[:, 0], expected_fast, rtol=1e-6)  # 1, 0.95, 0.875, 0.8075
+    np.testing.assert_allclose(got[:, 1], expected_slow, rtol=1e-6)  # 1, 0.9975, 0.993525, 0.98956...
+    np.testing.assert_allclose(got[:, 2], np.maximum(np.array(expected_slow) - expected_fast, 0), rtol=1e-5)
+    # competence: 0 (< 0.01: bored +0.1), 0.0475, 0.1185, 0.182 (learning: -0.3 each, floored at 0)
+    np.testing.assert_allclose(got[:, 3], [0.1, 0.0, 0.0, 0.0], atol=1e-7)
+    # not learning for a while: boredom rises by `rise` per update, capped at 1
+    flat = intr.intrinsic_init()
+    for i in range(12):
+        flat, c = intr.competence_step(flat, jnp.float32(0.3), **args)
+        assert float(c) == 0.0
+        np.testing.assert_allclose(float(flat.boredom), min(0.1 * (i + 1), 1.0), atol=1e-6)
+
+    # normalisation: running mean of x^2 over every transition seen
+    s = intr.intrinsic_init()
+    s, n1 = intr.normalise(s, jnp.array([1.0, 3.0]))  # m2 = 5
+    s, n2 = intr.normalise(s, jnp.array([2.0, 2.0]))  # m2 = (10 + 8) / 4 = 4.5
+    np.testing.assert_allclose(float(s.m2), 4.5, rtol=1e-6)
+    np.testing.assert_allclose(n2, [2.0 / np.sqrt(4.5)] * 2, rtol=1e-5)
+    np.testing.assert_allclose(n1, np.array([1.0, 3.0]) / np.sqrt(5.0), rtol=1e-5)
+
+
+def test_dtc_config_is_checked():
+    base = dict(env="gymnax:CartPole-v1", num_envs=4, num_steps=12, extra_stages=DTC_STAGES)
+    with pytest.raises(ConfigError, match="must divide"):
+        resolve(TrainConfig(**base, dtc_seq_len=5))
+    with pytest.raises(ConfigError, match="less than one rollout"):
+        resolve(TrainConfig(**base, dtc_seq_len=4, dtc_replay_capacity=8))
+    hash(resolve(TrainConfig(**base, dtc_seq_len=4))[0])  # still hashable
+
+
+# One tiny CartPole config, shared by the in-process chunk test and the CLI run.
+TINY = ["--env", "gymnax:CartPole-v1", "--agent", "dtc", "--num-envs", "4", "--num-steps", "8",
+        "--total-timesteps", "96", "--log-interval", "2", "--hidden-dim", "16", "--num-layers", "1",
+        "--num-minibatches", "2", "--update-epochs", "1", "--dtc-ensemble-size", "2", "--dtc-deter-dim", "16",
+        "--dtc-stoch-groups", "4", "--dtc-stoch-classes", "4", "--dtc-hidden-dim", "16", "--dtc-seq-len", "8",
+        "--dtc-replay-capacity", "16", "--dtc-wm-batch", "4", "--intrinsic-coef", "0.5"]
+
+
+def test_dtc_stages_slot_in_after_the_rollout_and_own_their_state():
+    from hephaestus.cli import build_parser, config_from_args
+    from hephaestus.envs.registry import make_env
+    from hephaestus.ppo import make_train
+
+    config, _ = resolve(config_from_args(build_parser().parse_args(TINY)))
+    assert config.extra_stages == DTC_STAGES
+    trainer = make_train(config, make_env(config.env))  # builds and initialises; compiles nothing big
+    assert [s.name for s in trainer.pipeline] == ["rollout", "world_model", "intrinsic_reward", "advantage",
+                                                  "ppo_update"]
+    stages = trainer.runner_state.stages
+    for leaf in jax.tree.leaves(stages["world_model"].params):
+        assert leaf.shape[0] == 2
+    assert stages["world_model"].replay.data["obs"].shape == (16, 8, 4)
+    assert stages["world_model"].h.shape == (2, 4, 16)
+    with pytest.raises(ValueError, match="put 'world_model' before it"):
+        make_train(config.replace(extra_stages=("intrinsic_reward",)), make_env(config.env))
+
+
+def test_cli_agent_dtc_runs_end_to_end_as_one_compiled_chunk(tmp_path):
+    # 3 updates in chunks of 2: the final, shorter chunk reuses the one compiled program (one compile line).
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_purejaxrl.py"), *TINY,
+                          "--checkpoint-dir", str(tmp_path), "--run-name", "dtc", "--no-wandb"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("compile:") == 1, out.stdout
+    lines = (tmp_path / "dtc" / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    records = [r for r in records if "wm/loss" in r]
+    assert records
+    for key in ("wm/loss", "wm/recon_nll", "wm/kl", "wm/reward_loss", "wm/cont_loss", "wm/grad_norm",
+                "dtc/novelty_raw", "dtc/novelty", "dtc/competence", "dtc/c_fast", "dtc/c_slow", "dtc/boredom",
+                "dtc/intrinsic_reward", "dtc/intrinsic_share", "mean_episode_return"):
+        assert all(key in r and np.isfinite(r[key]) for r in records), key
+    assert all(r["wm/loss"] != 0 and r["wm/grad_norm"] > 0 for r in records)
