@@ -61,3 +61,9 @@ def test_unknown_env_names_suggest_close_matches():
         make_env("jumanji:Nope-v0")
     with pytest.raises(UnknownEnvError, match="unknown env"):
         make_env("atari:Pong")
+
+
+def test_hackmatrix_names_its_action_groups_for_the_action_fractions():
+    spec = make_env("hackmatrix").spec
+    assert spec.action_groups == (("move", 0, 4), ("siphon", 4, 5), ("program", 5, 28))
+    assert spec.discrete and spec.action_dim == 28 and spec.has_action_mask

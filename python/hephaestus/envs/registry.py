@@ -28,13 +28,7 @@ def make_env(name: str, **param_overrides) -> AdaptedEnv:
             raise UnknownEnvError(f"hackmatrix environment unavailable: {err}") from err
         env = HackMatrix()
         params = env.default_params.replace(**param_overrides) if param_overrides else env.default_params
-        adapted = adapt_gymnax(env, params, "hackmatrix")
-        if not adapted.spec.action_groups and adapted.spec.action_dim == 28:  # moves 0-3, siphon 4, programs 5-27
-            import dataclasses
-
-            groups = (("move", 0, 4), ("siphon", 4, 5), ("program", 5, 28))
-            adapted = dataclasses.replace(adapted, spec=dataclasses.replace(adapted.spec, action_groups=groups))
-        return adapted
+        return adapt_gymnax(env, params, "hackmatrix")
     if family == "gymnax":
         import gymnax
 

@@ -29,6 +29,9 @@ _fresh_compact = compacted(_fresh)
 class HackMatrix(environment.Environment):
     """HackMatrix 6x6 roguelike (rules: /work/shared/hackmatrix-rules.md, design: specs/hackmatrix.md)."""
 
+    # Named action ranges (R36): the pipeline logs the fraction of each as actions/<name>_frac.
+    action_groups = (("move", 0, 4), ("siphon", 4, 5), ("program", 5, 28))
+
     @property
     def default_params(self) -> EnvParams:
         return EnvParams()
