@@ -31,6 +31,9 @@ class HackMatrix(environment.Environment):
 
     # Named action ranges (R36): the pipeline logs the fraction of each as actions/<name>_frac.
     action_groups = (("move", 0, 4), ("siphon", 4, 5), ("program", 5, 28))
+    # Observation structure (R95): obs[:33] are player features and owned-program flags, obs[33:] are
+    # 36 cells x 42 channels, row-major. A network may encode the cells with shared weights.
+    obs_cells = (33, 36, 42)
 
     @property
     def default_params(self) -> EnvParams:
