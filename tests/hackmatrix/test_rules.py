@@ -313,8 +313,8 @@ def test_R116_no_siphon_death_penalty_without_siphon_enemy():
 
 
 def test_R121_D5_invalid_actions_terminate_without_change():
-    s = make_state(player=(0, 0), exit=(5, 5), blocks=[{"pos": (0, 1)}], owned=["WAIT"], energy=5)
-    for a in (RIGHT, LEFT, DOWN, SIPHON, 5 + 5, 28, -1):
+    s = make_state(player=(0, 0), exit=(5, 5), blocks=[{"pos": (0, 1)}], owned=["WAIT"], energy=0)
+    for a in (RIGHT, LEFT, DOWN, SIPHON, 5 + 5, 5 + 6, 28, -1):     # WAIT unaffordable, DEBUG not owned
         _, s2, r, term, info = step(s, a)
         assert bool(term) and bool(info["invalid_action"]) and float(r) == 0.0, a
         assert all(float(v) == 0.0 for v in info["reward_terms"].values())
@@ -330,7 +330,7 @@ def test_R37_R38_mask():
     from hephaestus.envs.hackmatrix.observe import action_mask
     m = np.asarray(action_mask(s))
     assert m.tolist()[:5] == [True, False, False, False, False]   # up: block with enemy; siphon: 0
-    assert not m[5:].any()                                        # programs are not executed yet
+    assert np.flatnonzero(m[5:]).tolist() == [5, 11]               # owned + affordable: WAIT, SIPH+
     _, s2, _, _, info = step(s, UP)                               # attacks the glitch on the block
     assert int(s2.player_pos) == 0 and enemies(s2)[0][2] == 1
     assert np.array_equal(np.asarray(info["action_mask"]), np.asarray(action_mask(s2)))

@@ -4,7 +4,7 @@ import numpy as np
 SIZE = 6
 NCELLS = 36
 MAX_ENTITIES = 36          # unified enemy + transmission slots (D2, see specs/hackmatrix.md)
-HISTORY_CAP = 16           # D7 (only the length counter is stored in this issue)
+HISTORY_CAP = 16           # D7: UNDO snapshots kept per environment (a ring, oldest dropped)
 NUM_PROGRAMS = 23
 NUM_ACTIONS = 28
 OBS_SIZE = 10 + 23 + 36 * 42  # 1545
@@ -47,10 +47,9 @@ PROGRAM_SPAWN = PROGRAM_TABLE[:, 2]
  P_ATKP, P_HACK) = range(23)
 A_SIPHON = 4
 A_RESET = 5 + P_RESET
+A_WAIT = 5 + P_WAIT
+A_UNDO = 5 + P_UNDO
 
-# Programs whose effect is executed by this environment. Issue 3 executes none; the
-# rule-applicability mask (R38) is computed for all of them and AND-ed with this.
-IMPLEMENTED_PROGRAMS = np.zeros(23, bool)
 
 STAGE_REWARDS = np.array([1, 2, 4, 8, 16, 32, 64, 100], np.float32)  # R104
 # R110: half of the stage rewards of completed stages, indexed by currentStage-1
@@ -85,3 +84,6 @@ for _p in range(36):
             CROSS[_p, NBR_IDX[_p, _d]] = True
 IS_CORNER = np.zeros(36, bool)
 IS_CORNER[CORNERS] = True
+
+# Temporary switch while the program effects land (flipped to all True with them).
+IMPLEMENTED_PROGRAMS = np.ones(23, bool)

@@ -4,11 +4,12 @@ import jax.numpy as jnp
 
 from . import pathfinding as pf
 from .constants import (
-    BIG, BLOCK, CELL_COL, CELL_ROW, ENEMY_MAX_HP, ENEMY_SPEED, GLITCH, HISTORY_CAP, MAX_ENTITIES,
+    BIG, BLOCK, CELL_COL, CELL_ROW, ENEMY_MAX_HP, ENEMY_SPEED, GLITCH, MAX_ENTITIES,
     NBR_IDX, NBR_INB, VIRUS,
 )
 from . import rng
 from .generate import place_transmissions
+from .state import select
 
 i32 = jnp.int32
 _U = jnp.uint32
@@ -117,7 +118,8 @@ def _substep(state, key, s, attacked, blocks, dist2):
 
 
 def enemy_phase(state, key):
-    """R52. Returns (state, n_dropped_transmissions)."""
+    """R52 E0-E6. Returns (state, n_dropped_transmissions, ran): ``ran`` is False when STEP skipped
+    the phase (R53); the caller pushes the E7 snapshot when it is True."""
     sd = rng.seed(key)
     k0, k1, k_sched, k_siph = (rng.hash32(sd ^ rng.U(c)) for c in (0x1111, 0x2222, 0x3333, 0x4444))
     skip = state.step_active
@@ -146,11 +148,10 @@ def enemy_phase(state, key):
         st = st.replace(
             ent_disabled=jnp.where(en, jnp.maximum(st.ent_disabled - 1, 0), st.ent_disabled),
             ent_stunned=jnp.where(en, False, st.ent_stunned))
-        # E7 snapshot (only the stack size is tracked in this issue)
-        st = st.replace(history_len=jnp.minimum(st.history_len + 1, HISTORY_CAP))
+        # E7, the UNDO snapshot, is pushed by step() once the step's state is final (history.py)
         return st, drop1 + drop2
 
     ran, dropped = run(state)
     skipped = state.replace(step_active=jnp.bool_(False))       # E0 (R53)
-    out = jax.tree.map(lambda a, b: jnp.where(skip, a, b), skipped, ran)
-    return out, jnp.where(skip, 0, dropped).astype(i32)
+    out = select(skip, skipped, ran)
+    return out, jnp.where(skip, 0, dropped).astype(i32), ~skip

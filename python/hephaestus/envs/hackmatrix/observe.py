@@ -2,7 +2,7 @@
 import jax.numpy as jnp
 
 from .constants import (
-    BIG, BLOCK, CELL_COL, CELL_ROW, CRYPTOG, DAEMON, DATA_SIPHON, EXIT, IMPLEMENTED_PROGRAMS,
+    BIG, BLOCK, CELL_COL, CELL_ROW, CRYPTOG, DAEMON, DATA_SIPHON, EXIT,
     NBR_IDX, NBR_INB, NUM_PROGRAMS, P_ANTIV, P_ATKP, P_CALM, P_COL, P_CRASH, P_DBOM, P_DEBUG,
     P_DELAY, P_EXCH, P_HACK, P_POLY, P_PULL, P_PUSH, P_REDUC, P_RESET, P_ROW, P_SCORE, P_SHOW,
     P_SIPHP, P_STEP, P_UNDO, P_WAIT, P_WARP, PROGRAM_CREDITS, PROGRAM_ENERGY, VIRUS,
@@ -54,14 +54,14 @@ def program_rule_mask(state):
 
 
 def action_mask(state):
-    """bool[28]. Directions per R37, SIPHON per R38, programs per R38 AND implemented."""
+    """bool[28]. Directions per R37, SIPHON and programs per R38."""
     nb = jnp.asarray(NBR_IDX)[state.player_pos]
     inb = jnp.asarray(NBR_INB)[state.player_pos]
     enemy_here, _ = first_at_cell(state, state.ent_enemy)
     nbc = jnp.where(inb, nb, 0)
     dirs = inb & ((state.content[nbc] != BLOCK) | enemy_here[nbc])
     siphon = state.siphons > 0
-    progs = program_rule_mask(state) & jnp.asarray(IMPLEMENTED_PROGRAMS)
+    progs = program_rule_mask(state)
     return jnp.concatenate([dirs, siphon[None], progs])
 
 

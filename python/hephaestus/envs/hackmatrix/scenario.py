@@ -6,6 +6,7 @@ from .constants import (
     BLOCK, DATA_SIPHON, ENEMY_MAX_HP, EXIT, MAX_ENTITIES, PROGRAM_NAMES, PROGRAM_SPAWN,
 )
 from .generate import blank_state
+from .history import push_pop, snapshot
 
 _TYPES = {"virus": 0, "daemon": 1, "glitch": 2, "cryptog": 3, "v": 0, "d": 1, "g": 2, "c": 3}
 
@@ -27,7 +28,7 @@ def _prog(p):
 def make_state(
     player=(0, 0), hp=3, credits=0, energy=0, siphons=0, score=0, attack=1, owned=(),
     stage=1, turn=0, sched_interval=12, next_sched_turn=None, pending_siphon=0,
-    atk_plus_uses=0, history_len=0, show_activated=False, sched_disabled=False,
+    atk_plus_uses=0, history=(), show_activated=False, sched_disabled=False,
     step_active=False, exit=(5, 5), data_siphons=(), blocks=(), resources=None,
     siphoned=(), siphon_centers=(), enemies=(), transmissions=(), time=0,
 ):
@@ -44,6 +45,8 @@ def make_state(
     - ``enemies``: dicts ``{"type": "virus"|..|0..3, "pos": (r,c), "hp": n (default max),
       "disabled": n, "stunned": bool, "sched": bool, "siphon": bool}`` in list order.
     - ``transmissions``: dicts ``{"pos", "turns": 1, "type": 0, "sched", "siphon"}`` in list order.
+    - ``history``: EnvStates, oldest first, whose snapshots (R92) form the UNDO stack; the newest
+      16 are kept (D7).
     """
     s = blank_state()
     i32 = np.int32
@@ -103,12 +106,12 @@ def make_state(
     for p in owned:
         owned_m[_prog(p)] = True
     J = lambda x, dt=jnp.int32: jnp.asarray(x, dt)
-    return s.replace(
+    s = s.replace(
         time=J(time), player_pos=J(_cell(player)), hp=J(hp), credits=J(credits), energy=J(energy),
         siphons=J(siphons), score=J(score), attack=J(attack), owned=J(owned_m, bool), stage=J(stage),
         turn=J(turn), sched_interval=J(sched_interval),
         next_sched_turn=J(sched_interval if next_sched_turn is None else next_sched_turn),
-        pending_siphon=J(pending_siphon), atk_plus_uses=J(atk_plus_uses), history_len=J(history_len),
+        pending_siphon=J(pending_siphon), atk_plus_uses=J(atk_plus_uses),
         show_activated=J(show_activated, bool), sched_disabled=J(sched_disabled, bool),
         step_active=J(step_active, bool), exit_pos=J(ex),
         content=J(content), blk_data=J(blk_data, bool), blk_question=J(blk_q, bool), blk_points=J(pts),
@@ -119,3 +122,6 @@ def make_state(
         ent_stunned=J(a["stunned"], bool), ent_sched=J(a["sched"], bool), ent_siphon=J(a["siphon"], bool),
         ent_order=J(a["order"]), next_order=J(len(ents)),
     )
+    for earlier in history:
+        s = push_pop(s, True, False, snapshot(earlier))
+    return s

@@ -1,4 +1,5 @@
 """EnvState / EnvParams of HackMatrix (layout documented in specs/hackmatrix.md)."""
+import jax
 import jax.numpy as jnp
 from flax import struct
 
@@ -22,7 +23,9 @@ class EnvState:
     next_sched_turn: jnp.ndarray
     pending_siphon: jnp.ndarray
     atk_plus_uses: jnp.ndarray
-    history_len: jnp.ndarray     # UNDO stack size (snapshots themselves: later issue)
+    history: jnp.ndarray         # int32[HISTORY_CAP, SNAP_SIZE] UNDO snapshots, a ring (history.py, D7)
+    history_len: jnp.ndarray     # int32 snapshots on the stack (0..HISTORY_CAP)
+    history_top: jnp.ndarray     # int32 ring slot the next snapshot goes to
     show_activated: jnp.ndarray  # bool
     sched_disabled: jnp.ndarray  # bool
     step_active: jnp.ndarray     # bool
@@ -71,6 +74,9 @@ class EnvParams:
     hp_recovery_coef: float = 1.0        # R114
     program_waste: float = 0.3           # R115 (subtracted)
     siphon_death_penalty: float = 10.0   # R116 (subtracted)
+    # D7/R94: Swift keeps the UNDO history across stages, so UNDO right after an exit restores the old
+    # stage's grid and the exit can be walked onto again (stage farming). True = faithful.
+    undo_across_stages: bool = True
     siphon_quality_coef: float = 0.025   # R117 = 0.5 * 0.05 per missed credit/energy (subtracted)
 
 
@@ -79,3 +85,10 @@ REWARD_TERMS = (
     "resourceGain", "resourceHolding", "damagePenalty", "hpRecovery", "siphonQuality",
     "programWaste", "siphonDeathPenalty",
 )
+
+
+def select(cond, if_true, if_false):
+    """``where(cond, a, b)`` leaf by leaf over two states (or any matching pytrees). A leaf that is the
+    same value in both (a field neither branch changed, e.g. the UNDO history) is passed through, so
+    merging branches costs only the fields they rebuild."""
+    return jax.tree.map(lambda a, b: a if a is b else jnp.where(cond, a, b), if_true, if_false)

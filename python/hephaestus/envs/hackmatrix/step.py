@@ -4,15 +4,17 @@ import jax.numpy as jnp
 
 from . import pathfinding as pf
 from .constants import (
-    A_RESET, A_SIPHON, BIG, BLOCK, CROSS, DATA_SIPHON, DEATH_PENALTY_SUMS, EMPTY, EXIT,
+    A_RESET, A_SIPHON, A_UNDO, A_WAIT, BIG, BLOCK, CROSS, DATA_SIPHON, DEATH_PENALTY_SUMS, EMPTY, EXIT,
     NBR_IDX, NBR_INB, NUM_ACTIONS, NUM_PROGRAMS, RAY_IDX, RAY_INB, STAGE_REWARDS,
 )
 from .enemies import enemy_phase
 from . import rng
 from .compact import compacted
 from .generate import enemy_transmission_at, initialize_stage_seeded
+from .history import push_pop
 from .observe import action_mask
-from .state import REWARD_TERMS
+from .programs import damage_enemies, run_program
+from .state import REWARD_TERMS, select
 
 i32 = jnp.int32
 f32 = jnp.float32
@@ -46,14 +48,11 @@ def _move_or_attack(state, d):
     match = state.ent_active & kind & (state.ent_pos == cell) & (hit_t | hit_e)
     slot = jnp.argmin(jnp.where(match, state.ent_order, BIG))
     has_target = jnp.any(match)
-    new_hp = state.ent_hp[slot] - state.attack
-    dies = has_target & (hit_t | (new_hp <= 0))
-    kills = (dies & ~state.ent_sched[slot]).astype(i32)
-    attacked = state.replace(
-        ent_active=state.ent_active.at[slot].set(jnp.where(dies, False, state.ent_active[slot])),
-        ent_hp=state.ent_hp.at[slot].set(jnp.where(hit_e & has_target, jnp.maximum(new_hp, 0), state.ent_hp[slot])),
-        ent_stunned=state.ent_stunned.at[slot].set(state.ent_stunned[slot] | (hit_e & has_target & ~dies)),
-    )
+    hit = (jnp.arange(match.shape[0]) == slot) & has_target
+    attacked, kills = damage_enemies(state, hit & hit_e, state.attack)
+    destroyed = hit & hit_t                                  # a transmission has no HP (R23)
+    attacked = attacked.replace(ent_active=attacked.ent_active & ~destroyed)
+    kills = kills + jnp.sum(destroyed & ~state.ent_sched, dtype=i32)
     # move (R43, R44, R45)
     dest = jnp.asarray(NBR_IDX)[p, d]
     pickup = state.content[dest] == DATA_SIPHON
@@ -63,7 +62,7 @@ def _move_or_attack(state, d):
         content=state.content.at[dest].set(jnp.where(pickup, EMPTY, state.content[dest])),
     )
     reached = state.content[dest] == EXIT
-    out = jax.tree.map(lambda a, b: jnp.where(has_target, a, b), attacked, moved)
+    out = select(has_target, attacked, moved)
     return out, kills, pickup & ~has_target, reached & ~has_target
 
 
@@ -148,31 +147,37 @@ def complete_stage(won, key, need=True):
 # ----------------------------------------------------------------------------- step
 def step(state, action, key, params):
     """Returns (state, reward, terminated, info) for one agent action (R39)."""
-    k_stage, k_enemy = jax.random.split(key)
+    k_stage, k_enemy, k_program = jax.random.split(key, 3)
     action = jnp.asarray(action, i32)
     mask = action_mask(state)
     in_range = (action >= 0) & (action < NUM_ACTIONS)
     valid = in_range & mask[jnp.clip(action, 0, NUM_ACTIONS - 1)]
     old_dist = exit_dist(state)
     is_siphon = action == A_SIPHON
+    is_program = action > A_SIPHON
     d = jnp.clip(action, 0, 3)
 
-    # player part
-    mv, kills, pickup, reached = _move_or_attack(state, d)
-    missed = siphon_quality_missed(state)
+    # player part: move/attack, siphon or program (every branch computed, one kept)
+    mv, mv_kills, pickup, mv_reached = _move_or_attack(state, d)
     sp = _siphon(state)
-    st = jax.tree.map(lambda a, b: jnp.where(is_siphon, a, b), sp, mv)
-    kills = jnp.where(is_siphon, 0, kills)
-    pickup = pickup & ~is_siphon
-    reached = reached & ~is_siphon
-    missed = jnp.where(is_siphon, missed, 0)
-    # exit (R39.4) or enemy phase (R39.5); every implemented action ends the turn (R40)
+    pg, pg_kills, pg_reached = run_program(state, action - 5, rng.seed(k_program))
+    st = select(is_program, pg, select(is_siphon, sp, mv))
+    kills = jnp.where(is_program, pg_kills, jnp.where(is_siphon, 0, mv_kills))
+    pickup = pickup & ~is_siphon & ~is_program
+    reached = jnp.where(is_program, pg_reached, mv_reached & ~is_siphon)      # move onto exit or WARP (R74)
+    missed = jnp.where(is_siphon, siphon_quality_missed(state), 0)
+    # exit (R39.4), else the enemy phase if the action ends the turn (R39.5, R40)
+    ends_turn = ~is_program | (action == A_WAIT)
     won = st.replace(hp=jnp.minimum(3, st.hp + 1))
     victory = reached & (st.stage >= 8)
-    phased, dropped = enemy_phase(st, k_enemy)
-    base = jax.tree.map(lambda a, b: jnp.where(reached, a, b), won, phased)
+    phased, dropped, phase_ran = enemy_phase(st, k_enemy)
+    run_phase = ends_turn & ~reached
+    base = select(reached, won, select(run_phase, phased, st))
     st = _advance_compact(reached & ~victory & valid, base, won, rng.seed(k_stage))
-    dropped = jnp.where(reached, 0, dropped)
+    forget = reached & ~params.undo_across_stages                               # D7 option
+    st = st.replace(history_len=jnp.where(forget, 0, st.history_len).astype(i32))
+    dropped = jnp.where(run_phase, dropped, 0)
+    phase_ran = run_phase & phase_ran
 
     # reward (§11)
     hp0, hp1 = state.hp, st.hp
@@ -204,7 +209,9 @@ def step(state, action, key, params):
     for k in REWARD_TERMS:
         reward = reward + terms[k]
     # invalid action (R121, D5): nothing changes
-    st = jax.tree.map(lambda a, b: jnp.where(valid, a, b), st, state)
+    st = select(valid, st, state)
+    # E7 snapshot of a real enemy phase (R92) or UNDO's pop (R93), after everything else
+    st = push_pop(st, valid & phase_ran, valid & (action == A_UNDO))
     st = st.replace(time=state.time + 1)
     terminated = ~valid | dead & valid | victory & valid
     info = {

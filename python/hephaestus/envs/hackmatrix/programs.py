@@ -1,0 +1,251 @@
+"""The 23 programs (actions 5-27): effects R71-R93, in the order of the rules' §9 table.
+
+Each effect is a pure function ``effect(state, seed) -> (state, kills, reached_exit)`` applied after the
+cost is paid; ``seed`` (uint32, rng.seed) feeds the randomised ones (WARP, POLY) through their own
+counters.  ``run_program`` computes every effect and keeps the chosen one, field by field: an effect
+only rebuilds the fields it changes, so XLA folds ``where(c, x, x)`` away and a batched step pays
+roughly for the fields programs actually touch, not 23 copies of the state.
+Applicability (the mask bits) is in observe.program_rule_mask; the mask guarantees it here.
+"""
+import jax.numpy as jnp
+
+from . import history, rng
+from .constants import (
+    BIG, BLOCK, CELL_COL, CELL_ROW, DAEMON, EMPTY, ENEMY_MAX_HP, NUM_PROGRAMS, PROGRAM_CREDITS,
+    PROGRAM_ENERGY, VIRUS,
+)
+from .observe import first_at_cell
+from .state import select
+
+i32 = jnp.int32
+NO_KILLS = jnp.zeros((), i32)
+NOT_REACHED = jnp.bool_(False)
+
+
+def damage_enemies(state, hit, amount):
+    """R21: enemies in ``hit`` lose ``amount`` HP; the dead are removed, survivors stunned.
+    Returns (state, kills), kills excluding scheduled-task enemies (R106)."""
+    hit = hit & state.ent_active & state.ent_enemy
+    hp = jnp.where(hit, jnp.maximum(state.ent_hp - amount, 0), state.ent_hp)
+    dead = hit & (hp == 0)
+    return state.replace(
+        ent_hp=hp,
+        ent_active=state.ent_active & ~dead,
+        ent_stunned=state.ent_stunned | (hit & ~dead),
+    ), jnp.sum(dead & ~state.ent_sched, dtype=i32)
+
+
+def _rowcol(cell):
+    return cell // 6, cell % 6
+
+
+def _enemies(state):
+    return state.ent_active & state.ent_enemy
+
+
+def _around(cell_a, cell_b):
+    """The 8 cells around: Chebyshev distance exactly 1 (R7)."""
+    (ra, ca), (rb, cb) = _rowcol(cell_a), _rowcol(cell_b)
+    return jnp.maximum(jnp.abs(ra - rb), jnp.abs(ca - cb)) == 1
+
+
+def _displace(state, toward):
+    """R71 PUSH (toward=False) / R72 PULL (toward=True)."""
+    pr, pc = _rowcol(state.player_pos)
+    er, ec = _rowcol(state.ent_pos)
+    sign = -1 if toward else 1
+    dr, dc = sign * jnp.sign(er - pr), sign * jnp.sign(ec - pc)
+    # candidates in order: diagonal, row step, column step
+    cr = jnp.stack([er + dr, er + dr, er], axis=-1)
+    cc = jnp.stack([ec + dc, ec, ec + dc], axis=-1)
+    ok = jnp.stack([(dr != 0) & (dc != 0), dr != 0, dc != 0], axis=-1)
+    ok = ok & (cr >= 0) & (cr < 6) & (cc >= 0) & (cc < 6)
+    dist = jnp.abs(cr - pr[..., None]) + jnp.abs(cc - pc[..., None])
+    if toward:
+        ok = ok & (dist != 0)                                  # never onto the player
+        score = jnp.where(ok, dist, BIG)                       # smallest distance ...
+    else:
+        score = jnp.where(ok, -dist, BIG)                      # ... or largest
+    best = jnp.argmin(score, axis=-1)                          # first in order on ties
+    target = jnp.take_along_axis(cr * 6 + cc, best[:, None], axis=-1)[:, 0]
+    has = _enemies(state) & jnp.any(ok, axis=-1)
+    # applied in list order, an enemy stays if an earlier one already moved to its target; the
+    # first enemy aiming at a cell always moves, so "moves" == "first in list order with that target"
+    first = jnp.full(37, BIG, i32).at[jnp.where(has, target, 36)].min(state.ent_order)
+    moves = has & (first[jnp.where(has, target, 36)] == state.ent_order)
+    return state.replace(ent_pos=jnp.where(moves, target, state.ent_pos).astype(i32)), NO_KILLS, NOT_REACHED
+
+
+def push(state, seed):
+    return _displace(state, toward=False)
+
+
+def pull(state, seed):
+    return _displace(state, toward=True)
+
+
+def crash(state, seed):
+    """R73: the 8 surrounding cells lose their blocks and every entity; one kill per cell and kind,
+    decided by the first entity of that kind there (list order)."""
+    cells = jnp.arange(36, dtype=i32)
+    near = _around(cells, state.player_pos)
+    kills = NO_KILLS
+    for kind in (state.ent_enemy, ~state.ent_enemy):
+        has, slot = first_at_cell(state, kind)
+        kills = kills + jnp.sum(near & has & ~state.ent_sched[slot], dtype=i32)
+    return state.replace(
+        content=jnp.where(near & (state.content == BLOCK), EMPTY, state.content).astype(i32),
+        ent_active=state.ent_active & ~near[state.ent_pos],
+    ), kills, NOT_REACHED
+
+
+def warp(state, seed):
+    """R74: jump to a uniformly chosen enemy or transmission, removing everything of its kind there."""
+    active = state.ent_active
+    pick = rng.randint(seed, 0x3A8, jnp.sum(active, dtype=i32))
+    slot = jnp.argmax(active & (jnp.cumsum(active) - 1 == pick))
+    cell = state.ent_pos[slot]
+    gone = active & (state.ent_pos == cell) & (state.ent_enemy == state.ent_enemy[slot])
+    return state.replace(
+        player_pos=cell,
+        ent_active=active & ~gone,
+    ), (~state.ent_sched[slot]).astype(i32), cell == state.exit_pos
+
+
+def poly(state, seed):
+    """R75: every enemy becomes one of the 3 other types, keeping its damage taken."""
+    en = _enemies(state)
+    slots = jnp.arange(state.ent_type.shape[0], dtype=i32)
+    new_type = (state.ent_type + 1 + rng.randint(seed, 0x9017 + slots, 3)) % 4
+    max_hp = jnp.asarray(ENEMY_MAX_HP)
+    hp = max_hp[new_type] - (max_hp[state.ent_type] - state.ent_hp)
+    dead = en & (hp <= 0)
+    return state.replace(
+        ent_type=jnp.where(en, new_type, state.ent_type).astype(i32),
+        ent_hp=jnp.where(en, jnp.maximum(hp, 0), state.ent_hp).astype(i32),
+        ent_active=state.ent_active & ~dead,
+    ), jnp.sum(dead & ~state.ent_sched, dtype=i32), NOT_REACHED
+
+
+def wait(state, seed):
+    """R76: nothing; the caller ends the turn."""
+    return state, NO_KILLS, NOT_REACHED
+
+
+def debug(state, seed):
+    """R77: enemies standing on blocks take attackDamage."""
+    s, k = damage_enemies(state, state.content[state.ent_pos] == BLOCK, state.attack)
+    return s, k, NOT_REACHED
+
+
+def row(state, seed):
+    """R78: enemies in the player's row take attackDamage, whatever is in between."""
+    s, k = damage_enemies(state, state.ent_pos // 6 == state.player_pos // 6, state.attack)
+    return s, k, NOT_REACHED
+
+
+def col(state, seed):
+    """R78: enemies in the player's column take attackDamage."""
+    s, k = damage_enemies(state, state.ent_pos % 6 == state.player_pos % 6, state.attack)
+    return s, k, NOT_REACHED
+
+
+def undo(state, seed):
+    """R93: restore the newest snapshot (the caller pops it from the stack)."""
+    return history.restore(state, history.newest(state)), NO_KILLS, NOT_REACHED
+
+
+def step_program(state, seed):
+    """R91: the next enemy phase that would run is skipped."""
+    return state.replace(step_active=jnp.bool_(True)), NO_KILLS, NOT_REACHED
+
+
+def siph_plus(state, seed):
+    """R90: one more data siphon (no pick-up reward)."""
+    return state.replace(siphons=state.siphons + 1), NO_KILLS, NOT_REACHED
+
+
+def exch(state, seed):
+    """R89: the 4 credits are the cost; +4 energy."""
+    return state.replace(energy=state.energy + 4), NO_KILLS, NOT_REACHED
+
+
+def show(state, seed):
+    """R82: cryptogs visible until the stage ends."""
+    return state.replace(show_activated=jnp.bool_(True)), NO_KILLS, NOT_REACHED
+
+
+def reset(state, seed):
+    """R88: HP back to 3."""
+    return state.replace(hp=jnp.int32(3)), NO_KILLS, NOT_REACHED
+
+
+def calm(state, seed):
+    """R83: no scheduled spawns for the rest of the stage."""
+    return state.replace(sched_disabled=jnp.bool_(True)), NO_KILLS, NOT_REACHED
+
+
+def d_bom(state, seed):
+    """R80: remove the nearest daemon (list order on ties); 1 damage to enemies on the 8 cells around it."""
+    pr, pc = _rowcol(state.player_pos)
+    er, ec = _rowcol(state.ent_pos)
+    daemon = _enemies(state) & (state.ent_type == DAEMON)
+    dist = jnp.where(daemon, jnp.abs(er - pr) + jnp.abs(ec - pc), BIG)
+    nearest = daemon & (dist == jnp.min(dist))
+    slot = jnp.argmin(jnp.where(nearest, state.ent_order, BIG))
+    target = jnp.arange(daemon.shape[0]) == slot
+    removed = state.replace(ent_active=state.ent_active & ~target)
+    s, k = damage_enemies(removed, _around(state.ent_pos, state.ent_pos[slot]), 1)
+    return s, k + (~state.ent_sched[slot]).astype(i32), NOT_REACHED
+
+
+def delay(state, seed):
+    """R84: every transmission waits 3 more turns."""
+    tr = state.ent_active & ~state.ent_enemy
+    return state.replace(ent_turns=jnp.where(tr, state.ent_turns + 3, state.ent_turns)), NO_KILLS, NOT_REACHED
+
+
+def anti_v(state, seed):
+    """R81: every virus takes exactly 1 damage."""
+    s, k = damage_enemies(state, state.ent_type == VIRUS, 1)
+    return s, k, NOT_REACHED
+
+
+def score(state, seed):
+    """R85: score += 8 - currentStage."""
+    return state.replace(score=state.score + 8 - state.stage), NO_KILLS, NOT_REACHED
+
+
+def reduc(state, seed):
+    """R86: unsiphoned blocks (question blocks included) spawn one transmission fewer."""
+    live = (state.content == BLOCK) & ~state.siphoned
+    return state.replace(blk_spawn=jnp.where(live, jnp.maximum(state.blk_spawn - 1, 0), state.blk_spawn)), \
+        NO_KILLS, NOT_REACHED
+
+
+def atk_plus(state, seed):
+    """R87: +1 attack damage, at most twice per stage (the mask enforces it); no other cap (R17)."""
+    return state.replace(attack=state.attack + 1, atk_plus_uses=state.atk_plus_uses + 1), NO_KILLS, NOT_REACHED
+
+
+def hack(state, seed):
+    """R79: enemies on siphoned cells take attackDamage; blocks are not touched."""
+    s, k = damage_enemies(state, state.siphoned[state.ent_pos], state.attack)
+    return s, k, NOT_REACHED
+
+
+EFFECTS = (push, pull, crash, warp, poly, wait, debug, row, col, undo, step_program, siph_plus, exch, show,
+           reset, calm, d_bom, delay, anti_v, score, reduc, atk_plus, hack)
+assert len(EFFECTS) == NUM_PROGRAMS
+
+
+def run_program(state, program, seed):
+    """R51: pay the program's costs, apply its effect. Returns (state, kills, reached_exit)."""
+    k = jnp.clip(program, 0, NUM_PROGRAMS - 1)
+    paid = state.replace(credits=state.credits - jnp.asarray(PROGRAM_CREDITS)[k],
+                         energy=state.energy - jnp.asarray(PROGRAM_ENERGY)[k])
+    out = None
+    for i, effect in enumerate(EFFECTS):
+        res = effect(paid, seed)
+        out = res if out is None else select(k == i, res, out)
+    return out
