@@ -121,7 +121,7 @@ def enemy_phase(state, key):
     """R52 E0-E6. Returns (state, n_dropped_transmissions, ran): ``ran`` is False when STEP skipped
     the phase (R53); the caller pushes the E7 snapshot when it is True."""
     sd = rng.seed(key)
-    k0, k1, k_sched, k_siph = (rng.hash32(sd ^ rng.U(c)) for c in (0x1111, 0x2222, 0x3333, 0x4444))
+    k0, k1, k_sched = (rng.hash32(sd ^ rng.U(c)) for c in (0x1111, 0x2222, 0x3333))
     skip = state.step_active
 
     def run(st):
@@ -133,23 +133,30 @@ def enemy_phase(state, key):
                   jnp.where(pf.test_bit(blocks, st.player_pos), _U(0), src[1]))
         dist2 = jnp.stack([pf.bfs_layers_dist(src_ng, pf.b_not(blocks)),
                            pf.bfs_layers_dist(src, pf.full())])
-        attacked = jnp.zeros(MAX_ENTITIES, bool)
-        st, attacked = _substep(st, k0, 0, attacked, blocks, dist2)
-        st, attacked = _substep(st, k1, 1, attacked, blocks, dist2)
-        # E4 scheduled task (R60)
-        fire = (~st.sched_disabled) & (st.turn >= st.next_sched_turn)
-        st, drop1 = place_transmissions(st, k_sched, fire.astype(i32), True, False)
-        st = st.replace(next_sched_turn=jnp.where(fire, st.turn + st.sched_interval, st.next_sched_turn))
-        # E5 siphon spawns (R50)
-        st, drop2 = place_transmissions(st, k_siph, st.pending_siphon, False, True)
-        st = st.replace(pending_siphon=i32(0))
+        # the two sub-steps share one loop body (half the program to compile); only what they
+        # change is carried
+        def substep(s, carry):
+            pos, hp, attacked = carry
+            sub_key = jnp.where(s == 0, k0, k1)
+            moved, attacked = _substep(st.replace(ent_pos=pos, hp=hp), sub_key, s, attacked, blocks, dist2)
+            return moved.ent_pos, moved.hp, attacked
+
+        pos, hp, _ = jax.lax.fori_loop(0, 2, substep, (st.ent_pos, st.hp, jnp.zeros(MAX_ENTITIES, bool)))
+        st = st.replace(ent_pos=pos, hp=hp)
+        # E4 scheduled task (R60) and E5 siphon spawns (R50): one placement loop, the scheduled
+        # transmission first, then the pending siphon spawns
+        fire = ((~st.sched_disabled) & (st.turn >= st.next_sched_turn)).astype(i32)
+        nth = jnp.arange(MAX_ENTITIES, dtype=i32)
+        st, dropped = place_transmissions(st, k_sched, fire + st.pending_siphon, nth < fire, nth >= fire)
+        st = st.replace(next_sched_turn=jnp.where(fire > 0, st.turn + st.sched_interval, st.next_sched_turn),
+                        pending_siphon=i32(0))
         # E6 clear stuns / decrement disables
         en = st.ent_active & st.ent_enemy
         st = st.replace(
             ent_disabled=jnp.where(en, jnp.maximum(st.ent_disabled - 1, 0), st.ent_disabled),
             ent_stunned=jnp.where(en, False, st.ent_stunned))
         # E7, the UNDO snapshot, is pushed by step() once the step's state is final (history.py)
-        return st, drop1 + drop2
+        return st, dropped
 
     ran, dropped = run(state)
     skipped = state.replace(step_active=jnp.bool_(False))       # E0 (R53)

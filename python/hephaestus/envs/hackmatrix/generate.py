@@ -49,7 +49,8 @@ def place_transmissions(state, key_seed, count, sched, siphon, turns=1, ctr0=0):
     line of fire, which only enemies and blocks stop).  Draws use popcount / select-bit on
     bitboards, one scalar draw per placement.  New entries get increasing list-order keys and the
     lowest free slots; without a free slot or an eligible cell they are dropped (D2).
-    ``key_seed`` is a uint32 seed (rng.seed)."""
+    ``key_seed`` is a uint32 seed (rng.seed); ``sched`` / ``siphon`` are the new entries' flags,
+    one for all or one per placement (bool[36], the j-th placement reads element j)."""
     enemy_at, trans_at = enemy_transmission_at(state)
     eligible = ~(enemy_at | trans_at | (state.content == BLOCK))
     eligible = eligible & (jnp.arange(36) != state.player_pos)
@@ -87,6 +88,7 @@ def place_transmissions(state, key_seed, count, sched, siphon, turns=1, ctr0=0):
     rank = jnp.cumsum(free.astype(i32)) - 1                 # j-th placement -> j-th free slot
     put = free & (rank < n_place)
     rk = jnp.clip(rank, 0, 35)
+    per_placement = lambda flag: jnp.broadcast_to(jnp.asarray(flag, bool), (36,))[rk]
     new = dict(
         ent_active=state.ent_active | put,
         ent_enemy=jnp.where(put, False, state.ent_enemy),
@@ -96,8 +98,8 @@ def place_transmissions(state, key_seed, count, sched, siphon, turns=1, ctr0=0):
         ent_turns=jnp.where(put, turns, state.ent_turns),
         ent_disabled=jnp.where(put, 0, state.ent_disabled),
         ent_stunned=jnp.where(put, False, state.ent_stunned),
-        ent_sched=jnp.where(put, sched, state.ent_sched),
-        ent_siphon=jnp.where(put, siphon, state.ent_siphon),
+        ent_sched=jnp.where(put, per_placement(sched), state.ent_sched),
+        ent_siphon=jnp.where(put, per_placement(siphon), state.ent_siphon),
         ent_order=jnp.where(put, state.next_order + rank, state.ent_order),
         next_order=state.next_order + n_place,
     )
