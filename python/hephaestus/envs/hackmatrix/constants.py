@@ -85,5 +85,3 @@ for _p in range(36):
 IS_CORNER = np.zeros(36, bool)
 IS_CORNER[CORNERS] = True
 
-# Temporary switch while the program effects land (flipped to all True with them).
-IMPLEMENTED_PROGRAMS = np.ones(23, bool)
