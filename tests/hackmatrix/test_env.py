@@ -211,6 +211,9 @@ def test_render_and_make_state_defaults():
     assert "@" in lines[5] and "V2" in lines[2] and "t2" in lines[4] and "D7" in lines[3]
     assert "HP 3/3" in txt and "stage 1" in txt
     assert int(s.exit_pos) == 35 and int(s.sched_interval) == 12 and int(s.next_sched_turn) == 12
+    assert "active: -" in txt and "undo stack 0" in txt
+    flagged = render_text(make_state(owned=["CALM"], sched_disabled=True, step_active=True, history=[s, s]))
+    assert "programs: CALM  active: CALM, STEP" in flagged and "undo stack 2" in flagged
 
 
 def test_nested_vmap_and_jit_reset():

@@ -59,7 +59,11 @@ def render_text(state) -> str:
         f"score {s['score']}  attack {s['attack']}  stage {s['stage']}  turn {s['turn']}  "
         f"step {s['time']}  next_sched {s['next_sched_turn']} (every {s['sched_interval']})  "
         f"pending {s['pending_siphon']}")
-    lines.append("programs: " + (", ".join(owned) if owned else "-"))
+    active = [name for name, on in (("SHOW", s["show_activated"]), ("CALM", s["sched_disabled"]),
+                                    ("STEP", s["step_active"])) if on]
+    lines.append("programs: " + (", ".join(owned) if owned else "-")
+                 + f"  active: {', '.join(active) or '-'}  ATK+ used {s['atk_plus_uses']}/2"
+                 + f"  undo stack {s['history_len']}")
     ent_desc = []
     for j in ents:
         r, c = divmod(int(s["ent_pos"][j]), 6)
