@@ -2,14 +2,16 @@
 
 Each effect is a pure function ``effect(state, seed) -> (state, kills, reached_exit)`` applied after the
 cost is paid; ``seed`` (uint32, rng.seed) feeds the randomised ones (WARP, POLY) through their own
-counters.  ``run_program`` computes every effect and keeps the chosen one, field by field: an effect
-only rebuilds the fields it changes, so XLA folds ``where(c, x, x)`` away and a batched step pays
-roughly for the fields programs actually touch, not 23 copies of the state.
+counters.  ``run_program`` computes every effect and keeps the chosen one, field by field (``state.select``
+passes through the fields an effect did not rebuild). ``run_program_where`` is what ``step`` calls:
+under ``vmap`` it runs programs only for the lanes that chose one (compact.py), since most steps are
+moves.
 Applicability (the mask bits) is in observe.program_rule_mask; the mask guarantees it here.
 """
 import jax.numpy as jnp
 
 from . import history, rng
+from .compact import compacted
 from .constants import (
     BIG, BLOCK, CELL_COL, CELL_ROW, DAEMON, EMPTY, ENEMY_MAX_HP, NUM_PROGRAMS, PROGRAM_CREDITS,
     PROGRAM_ENERGY, VIRUS,
@@ -249,3 +251,15 @@ def run_program(state, program, seed):
         res = effect(paid, seed)
         out = res if out is None else select(k == i, res, out)
     return out
+
+
+_run_compact = compacted(lambda need, state, program, seed: run_program(state, program, seed))
+
+
+def run_program_where(need, state, program, seed):
+    """``run_program`` where ``need``, else ``(state, 0, False)``. The program branch sees the history
+    as just its newest snapshot (all UNDO reads), so packing lanes moves 120 words each, not 1,920;
+    programs never write the history, the caller's push/pop does."""
+    slim = state.replace(history=history.newest(state)[None], history_top=jnp.int32(1))
+    out, kills, reached = _run_compact(need, (slim, NO_KILLS, NOT_REACHED), slim, program, seed)
+    return out.replace(history=state.history, history_top=state.history_top), kills, reached

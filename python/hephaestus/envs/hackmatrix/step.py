@@ -13,7 +13,7 @@ from .compact import compacted
 from .generate import enemy_transmission_at, initialize_stage_seeded
 from .history import push_pop
 from .observe import action_mask
-from .programs import damage_enemies, run_program
+from .programs import damage_enemies, run_program_where
 from .state import REWARD_TERMS, select
 
 i32 = jnp.int32
@@ -160,7 +160,7 @@ def step(state, action, key, params):
     # player part: move/attack, siphon or program (every branch computed, one kept)
     mv, mv_kills, pickup, mv_reached = _move_or_attack(state, d)
     sp = _siphon(state)
-    pg, pg_kills, pg_reached = run_program(state, action - 5, rng.seed(k_program))
+    pg, pg_kills, pg_reached = run_program_where(is_program & valid, state, action - 5, rng.seed(k_program))
     st = select(is_program, pg, select(is_siphon, sp, mv))
     kills = jnp.where(is_program, pg_kills, jnp.where(is_siphon, 0, mv_kills))
     pickup = pickup & ~is_siphon & ~is_program
