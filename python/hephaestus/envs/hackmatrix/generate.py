@@ -122,8 +122,8 @@ def _select_bit(w, t):
 def _attempt(s, a, e_lo, e_hi, n_e, bc):
     """One attempt of R31: ``bc`` distinct cells drawn uniformly one by one from the eligible
     set (rejection of Swift == uniform draw among the remaining eligible cells)."""
-    sel_lo, sel_hi, rem_lo, rem_hi = _U(0), _U(0), e_lo, e_hi
-    for j in range(11):
+    def draw(j, c):
+        sel_lo, sel_hi, rem_lo, rem_hi = c
         take = j < bc
         t = rng.randint(s, a * 16 + j, jnp.maximum(n_e - j, 1))
         c_lo = jax.lax.population_count(rem_lo).astype(i32)
@@ -132,8 +132,10 @@ def _attempt(s, a, e_lo, e_hi, n_e, bc):
         b = _U(1) << pos
         blo = jnp.where(take & in_lo, b, _U(0))
         bhi = jnp.where(take & ~in_lo, b, _U(0))
-        sel_lo, sel_hi = sel_lo | blo, sel_hi | bhi
-        rem_lo, rem_hi = rem_lo & ~blo, rem_hi & ~bhi
+        return sel_lo | blo, sel_hi | bhi, rem_lo & ~blo, rem_hi & ~bhi
+
+    # a loop, not 11 unrolled draws: same numbers, a much smaller program to compile
+    sel_lo, sel_hi, _, _ = jax.lax.fori_loop(0, 11, draw, (_U(0), _U(0), e_lo, e_hi))
     return sel_lo, sel_hi
 
 
