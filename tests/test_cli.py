@@ -21,7 +21,7 @@ def test_help_explains_every_flag():
     for flag in ("--env", "--total-timesteps", "--num-envs", "--num-steps", "--lr", "--anneal-lr", "--no-anneal-lr",
                  "--gamma", "--gae-lambda", "--num-minibatches", "--update-epochs", "--clip-eps", "--vf-coef",
                  "--ent-coef", "--max-grad-norm", "--hidden-dim", "--num-layers", "--seed", "--log-interval",
-                 "--run-name"):
+                 "--run-name", "--encoder", "--cell-dim", "--obs-dtype"):
         assert flag in out.stdout, flag
 
 
@@ -33,6 +33,10 @@ def test_help_explains_every_flag():
     (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
     (["--env", "gymnax:CartPol-v1"], "did you mean CartPole-v1"),
     (["--env", "nonsense"], "unknown env"),
+    (["--encoder", "conv"], "invalid choice: 'conv'"),
+    (["--obs-dtype", "float16"], "invalid choice: 'float16'"),
+    (["--cell-dim", "0"], "--cell-dim must be positive"),
+    (["--env", "gymnax:CartPole-v1", "--encoder", "cells"], "needs an env that declares obs_cells"),
 ])
 def test_bad_input_is_one_line_and_non_zero(args, needle):
     out = train(*args)

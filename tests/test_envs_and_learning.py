@@ -67,3 +67,6 @@ def test_hackmatrix_names_its_action_groups_for_the_action_fractions():
     spec = make_env("hackmatrix").spec
     assert spec.action_groups == (("move", 0, 4), ("siphon", 4, 5), ("program", 5, 28))
     assert spec.discrete and spec.action_dim == 28 and spec.has_action_mask
+    # The observation's structure, read from the env for the cells encoder: 33 flat + 36 cells x 42 channels.
+    flat, cells, channels = spec.obs_cells
+    assert flat + cells * channels == spec.obs_dim and cells == 36

@@ -177,7 +177,10 @@ def _lookup(tree, path):
     return node
 
 
-NETWORK_FIELDS = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers", "activation")
+NETWORK_FIELDS = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers", "activation", "encoder",
+                  "obs_cells", "cell_dim")
+# What a field means when a checkpoint predates it (checkpoints before the cells encoder are MLPs).
+NETWORK_FIELD_DEFAULTS = {"encoder": "mlp"}
 
 
 def check_compatible(ckpt: Checkpoint, config, network_meta: dict) -> None:
@@ -187,10 +190,12 @@ def check_compatible(ckpt: Checkpoint, config, network_meta: dict) -> None:
         raise CheckpointError(f"{ckpt.path}: checkpoint is for env {theirs.get('env')!r}, this run is "
                               f"{config.env!r}")
     net = theirs.get("network", {})
+    net = {**NETWORK_FIELD_DEFAULTS, **net}
     for name in NETWORK_FIELDS:
         if name in net and net[name] != network_meta.get(name):
+            hint = f" (pass --encoder {net[name]} to continue it)" if name == "encoder" else ""
             raise CheckpointError(f"{ckpt.path}: network mismatch: {name} is {net[name]!r} in the checkpoint, "
-                                  f"{network_meta.get(name)!r} in this run")
+                                  f"{network_meta.get(name)!r} in this run{hint}")
 
 
 @dataclass
@@ -357,6 +362,9 @@ def args_for_resume(parser_factory: Callable, argv, ckpt: Checkpoint):
         elif isinstance(value, list):
             value = tuple(value)
         defaults[dest] = value
+    # Checkpoints from before --encoder/--obs-dtype were float32 MLPs: continue them as such, not as "auto".
+    defaults.setdefault("encoder", "mlp")
+    defaults.setdefault("obs_dtype", "float32")
     defaults["run_name"] = os.path.basename(ckpt.run_dir)
     defaults["checkpoint_dir"] = os.path.dirname(ckpt.run_dir)
     parser.set_defaults(**defaults)

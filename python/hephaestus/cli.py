@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hephaestus.config import DTC_STAGES, TrainConfig
+from hephaestus.config import DTC_STAGES, ENCODERS, OBS_DTYPES, TrainConfig
 
 DEFAULTS = TrainConfig()
 
@@ -88,6 +88,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="hidden activation (default: %(default)s)")
     g.add_argument("--dtype", choices=("float32", "bfloat16"), default=d.dtype,
                    help="matmul dtype; parameters and reductions stay float32 (default: %(default)s)")
+    g.add_argument("--encoder", choices=ENCODERS, default=d.encoder,
+                   help="observation encoder: cells embeds each board cell with shared weights (envs declaring "
+                        "obs_cells, e.g. hackmatrix), mlp feeds the flat observation; auto = mlp for now "
+                        "(default: %(default)s)")
+    g.add_argument("--cell-dim", type=int, default=d.cell_dim,
+                   help="per-cell embedding width of the cells encoder (default: %(default)s)")
+    g.add_argument("--obs-dtype", choices=OBS_DTYPES, default=d.obs_dtype,
+                   help="dtype observations are stored (and rounded to before acting) in the rollout buffer; "
+                        "bfloat16 halves the buffer; auto = float32 for now (default: %(default)s)")
     g.add_argument("--extra-stages", default="",
                    help="comma-separated extra pipeline stages, e.g. reward_bonus (default: none)")
 
@@ -155,6 +164,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         user_set_minibatches=args.num_minibatches is not None, user_set_epochs=args.update_epochs is not None,
         clip_eps=args.clip_eps, vf_coef=args.vf_coef, ent_coef=args.ent_coef, max_grad_norm=args.max_grad_norm,
         hidden_dim=args.hidden_dim, num_layers=args.num_layers, activation=args.activation, dtype=args.dtype,
+        encoder=args.encoder, cell_dim=args.cell_dim, obs_dtype=args.obs_dtype,
         extra_stages=extra, **dtc_fields(args), seed=args.seed, log_interval=args.log_interval, run_name=args.run_name,
         checkpoint_dir=args.checkpoint_dir, num_devices=args.num_devices, distributed=args.distributed,
         keep_checkpoints=args.keep_checkpoints, save_interval_minutes=args.save_interval_minutes,

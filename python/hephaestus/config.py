@@ -18,6 +18,10 @@ REFERENCE_MINIBATCHES = 4
 REFERENCE_EPOCHS = 4
 MAX_MINIBATCHES = 64
 MIN_EPOCHS = 2
+# --obs-dtype auto stores observations at least this wide in bfloat16: there the buffer dominates memory.
+WIDE_OBS = 512
+ENCODERS = ("auto", "mlp", "cells")
+OBS_DTYPES = ("auto", "float32", "bfloat16")
 
 
 class ConfigError(ValueError):
@@ -49,6 +53,18 @@ class TrainConfig:
     num_layers: int = 2
     activation: str = "tanh"
     dtype: str = "float32"  # matmul dtype; parameters and reductions stay float32
+    # Observation encoder. "cells": for envs declaring `obs_cells = (flat, cells, channels)` (HackMatrix:
+    # 33 + 36 x 42), embed each cell's channels with one Dense shared by all cells (and by actor and critic),
+    # then the MLPs: half the multiply-adds of a network whose first layer reads all 1545 inputs, and a
+    # translation-invariant prior on cells. "mlp": the flat observation straight into the MLPs. "auto": mlp
+    # for now; cells did not yet learn as well on HackMatrix (resolve_encoder, specs/pipeline.md).
+    encoder: str = "auto"
+    cell_dim: int = 16  # per-cell embedding width of the cells encoder (42 one-hot-ish channels -> 16)
+    # Rollout-buffer dtype of observations. bfloat16 halves the largest array of a rollout (2048 x 128 x
+    # 1545 floats = 1.6 GB in float32); the network always sees the rounded values, so what is stored is
+    # what the policy acted on. "auto": float32 for now: bfloat16 storage did not yet learn as well on
+    # HackMatrix (resolve_obs_dtype says what was measured). Losses and reductions stay float32 either way.
+    obs_dtype: str = "auto"
     # pipeline: extra stages (registered in stages.py) inserted after the core stage they name
     extra_stages: tuple[str, ...] = ()
     # DTC (specs/dtc.md): world-model ensemble + replay + dual-timescale intrinsic reward, used by the
@@ -194,8 +210,40 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"--dtype must be float32 or bfloat16, got {config.dtype!r}")
     if config.activation not in ("tanh", "relu"):
         raise ConfigError(f"--activation must be tanh or relu, got {config.activation!r}")
+    if config.encoder not in ENCODERS:
+        raise ConfigError(f"--encoder must be one of {', '.join(ENCODERS)}, got {config.encoder!r}")
+    if config.obs_dtype not in OBS_DTYPES:
+        raise ConfigError(f"--obs-dtype must be one of {', '.join(OBS_DTYPES)}, got {config.obs_dtype!r}")
+    if config.cell_dim <= 0:
+        raise ConfigError(f"--cell-dim must be positive, got {config.cell_dim}")
     if any(name in DTC_STAGES for name in config.extra_stages):
         validate_dtc(config)
+
+
+def resolve_encoder(config: TrainConfig, spec) -> str:
+    """"mlp" or "cells" for this env (`spec`: envs.adapters.EnvSpec). Raises ConfigError for cells on an env
+    that does not declare its cell structure."""
+    cells = getattr(spec, "obs_cells", None)
+    if config.encoder == "cells" and not cells:
+        raise ConfigError(f"--encoder cells needs an env that declares obs_cells (flat, cells, channels); "
+                          f"{config.env} does not (use --encoder mlp)")
+    if config.encoder == "auto":
+        # mlp even where cells are declared, for now: on HackMatrix (2e6 steps, 64 envs, seed 0) two cells
+        # variants reached a longer survival but no stage progress (reward/stage flat at ~0.004) while the MLP
+        # went 0.007 -> 0.015. Flip this once --encoder cells learns at least as well.
+        return "mlp"
+    return config.encoder
+
+
+def resolve_obs_dtype(config: TrainConfig, spec) -> str:
+    """"float32" or "bfloat16": how the rollout stores observations (and rounds them before acting)."""
+    if config.obs_dtype != "auto":
+        return config.obs_dtype
+    # float32 for now: on HackMatrix (2e6 steps, 64 envs, seed 0) all three runs on bfloat16 storage (MLP and
+    # two cells variants) lengthened episodes without stage progress (reward/stage 0.0045 -> 0.002 for the
+    # MLP) while float32 went 0.0067 -> 0.0167. One seed each, so not proof, but not "learns as well" either.
+    # Meant rule once that is settled: bfloat16 for envs declaring obs_cells or obs >= WIDE_OBS, unless DTC.
+    return "float32"
 
 
 # The stages `--agent dtc` inserts after the rollout, in this order (python/hephaestus/dtc/stages.py).

@@ -3,7 +3,8 @@
 Layout of the file:
   `<dotted.name>`   one float32 array per parameter, e.g. `params.actor.Dense_0.kernel`
   `__meta__`        a 0-d unicode array holding JSON: format version, package version, env name, network shape
-                    (`obs_dim`, `action_dim`, `discrete`, `hidden_dim`, `num_layers`, `activation`), `update`,
+                    (`obs_dim`, `action_dim`, `discrete`, `hidden_dim`, `num_layers`, `activation`, `encoder`,
+                    `obs_dtype`, and `obs_cells`/`cell_dim` for the cells encoder), `update`,
                     `env_steps`, and the resolved config.
 
 `load_params_npz` rebuilds the flax params tree and the metadata; `network_from_meta` rebuilds the module.
@@ -49,9 +50,17 @@ def unflatten_params(flat: dict[str, np.ndarray]) -> dict:
 
 
 def network_meta(spec, config) -> dict:
-    return {"obs_dim": spec.obs_dim, "action_dim": spec.action_dim, "discrete": spec.discrete,
+    """The resolved network description (no "auto" left), enough for `network_from_meta` to rebuild it."""
+    from hephaestus.config import resolve_encoder, resolve_obs_dtype
+
+    encoder = resolve_encoder(config, spec)
+    meta = {"obs_dim": spec.obs_dim, "action_dim": spec.action_dim, "discrete": spec.discrete,
             "action_low": list(spec.action_low), "action_high": list(spec.action_high),
-            "hidden_dim": config.hidden_dim, "num_layers": config.num_layers, "activation": config.activation}
+            "hidden_dim": config.hidden_dim, "num_layers": config.num_layers, "activation": config.activation,
+            "encoder": encoder, "obs_dtype": resolve_obs_dtype(config, spec)}
+    if encoder == "cells":
+        meta.update(obs_cells=list(spec.obs_cells), cell_dim=config.cell_dim)
+    return meta
 
 
 def save_params_npz(path: str, params, *, env: str, network: dict, update: int = 0, env_steps: int = 0,
@@ -103,6 +112,11 @@ def network_from_meta(meta: dict, dtype: str = "float32"):
     from hephaestus.networks import ActorCritic
 
     net = meta["network"]
+    # Files written before the cells encoder have no "encoder"/"obs_dtype": they are float32 MLPs.
+    cells = net.get("encoder", "mlp") == "cells"
     return ActorCritic(action_dim=net["action_dim"], discrete=net["discrete"], hidden_dim=net["hidden_dim"],
                        num_layers=net["num_layers"], activation=net["activation"],
-                       dtype=jnp.bfloat16 if dtype == "bfloat16" else jnp.float32)
+                       dtype=jnp.bfloat16 if dtype == "bfloat16" else jnp.float32,
+                       obs_dtype=jnp.dtype(net.get("obs_dtype", "float32")),
+                       obs_cells=tuple(net["obs_cells"]) if cells else None,
+                       cell_dim=int(net.get("cell_dim", 16)))

@@ -52,6 +52,10 @@ class EnvSpec:
     # Optional named action ranges (name, first, end) for discrete envs; the rollout logs the fraction of
     # actions in each as `actions/<name>_frac`. Taken from the env's `action_groups` attribute when it has one.
     action_groups: tuple[tuple[str, int, int], ...] = ()
+    # Optional observation structure (flat, cells, channels): obs[:flat] are plain features, the rest is
+    # `cells` groups of `channels` values, row-major. Taken from the env's `obs_cells` attribute when it has
+    # one; the `cells` encoder (networks.py) embeds each cell with shared weights.
+    obs_cells: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,18 @@ def _probe_spec(name, reset_fn, discrete, action_dim, low=(), high=()) -> EnvSpe
                    action_low=tuple(low), action_high=tuple(high), has_action_mask=mask is not None)
 
 
+def with_obs_cells(spec: EnvSpec, env) -> EnvSpec:
+    """`spec` with the env's declared `obs_cells` (flat, cells, channels), checked against obs_dim."""
+    cells = getattr(env, "obs_cells", None)
+    if not cells:
+        return spec
+    flat, num_cells, channels = (int(n) for n in cells)
+    if min(flat, num_cells, channels) < 0 or flat + num_cells * channels != spec.obs_dim or not num_cells * channels:
+        raise ValueError(f"{spec.name}: obs_cells {tuple(cells)} does not describe its {spec.obs_dim}-wide "
+                         f"observation (flat + cells x channels must equal it)")
+    return dataclasses.replace(spec, obs_cells=(flat, num_cells, channels))
+
+
 def _info_extras(info: dict) -> dict:
     """Keep only the info entries the pipeline knows how to aggregate (fixed, small, scalar-valued)."""
     keep = {}
@@ -134,6 +150,7 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
     spec = _probe_spec(name, raw_reset, discrete, action_dim, low, high)
     if discrete and getattr(env, "action_groups", None):
         spec = dataclasses.replace(spec, action_groups=tuple((str(n), int(a), int(b)) for n, a, b in env.action_groups))
+    spec = with_obs_cells(spec, env)
 
     def reset(key):
         state, obs_tree = raw_reset(key)
@@ -177,7 +194,7 @@ def adapt_jumanji(env, name: str) -> AdaptedEnv:
         state, timestep = env.reset(key)
         return state, timestep.observation
 
-    spec = _probe_spec(name, raw_reset, True, action_dim)
+    spec = with_obs_cells(_probe_spec(name, raw_reset, True, action_dim), env)
 
     def reset(key):
         state, obs_tree = raw_reset(key)
