@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -16,3 +17,12 @@ def test_ci_runs_the_readme_test_command():
                                capture_output=True, text=True).stdout.strip()
     assert extracted == test_cmd
     assert "README.md" in open(os.path.join(ROOT, ".ci", "run")).read()
+
+
+def test_readme_hackmatrix_example_runs():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    section = readme.split("## HackMatrix\n", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "@" in result.stdout and "V2" in result.stdout      # the make_state board was rendered
