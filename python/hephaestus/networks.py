@@ -27,6 +27,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from hephaestus.config import resolve_encoder, resolve_obs_dtype
+
 # Finite, so masked entries give exp() == 0 exactly and 0 * logit stays 0 (−inf would make NaNs).
 MASKED_LOGIT = -1e9
 
@@ -116,8 +118,6 @@ def round_obs(obs, obs_dtype):
 
 
 def make_network(spec, config) -> ActorCritic:
-    from hephaestus.config import resolve_encoder, resolve_obs_dtype
-
     obs_cells = tuple(spec.obs_cells) if resolve_encoder(config, spec) == "cells" else None
     return ActorCritic(action_dim=spec.action_dim, discrete=spec.discrete, hidden_dim=config.hidden_dim,
                        num_layers=config.num_layers, activation=config.activation,

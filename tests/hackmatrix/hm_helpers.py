@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hephaestus.envs.hackmatrix import HackMatrix, make_state
+from hephaestus.envs.hackmatrix import HackMatrix
 from hephaestus.envs.hackmatrix.state import REWARD_TERMS
 
 ENV = HackMatrix()

@@ -13,7 +13,7 @@ from hephaestus.envs.hackmatrix.constants import (
 from hephaestus.envs.hackmatrix.observe import observation
 from hephaestus.envs.hackmatrix.state import REWARD_TERMS
 
-from hm_helpers import ENV, PARAMS, cell, check_sum, py_bfs_connected, step
+from hm_helpers import ENV, PARAMS, py_bfs_connected
 
 B, T = 16, 96
 

@@ -1,7 +1,5 @@
 """Hand-built scenarios, one action each, citing the rule numbers of hackmatrix-rules.md."""
-import jax
 import numpy as np
-import pytest
 
 from hephaestus.envs.hackmatrix import make_state
 from hephaestus.envs.hackmatrix.constants import BLOCK, DATA_SIPHON, EMPTY, EXIT, IS_CORNER

@@ -9,12 +9,13 @@ import jax
 import jax.numpy as jnp
 from jax import custom_batching
 
+from .state import select
+
 
 def compacted(fn, cap=32):
     @custom_batching.custom_vmap
     def f(need, base, *args):
-        res = fn(need, *args)
-        return jax.tree.map(lambda r, b: jnp.where(need, r, b), res, base)
+        return select(need, fn(need, *args), base)
 
     @f.def_vmap
     def rule(axis_size, in_batched, need, base, *args):

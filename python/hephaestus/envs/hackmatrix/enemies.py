@@ -5,7 +5,7 @@ import jax.numpy as jnp
 from . import pathfinding as pf
 from .constants import (
     BIG, BLOCK, CELL_COL, CELL_ROW, ENEMY_MAX_HP, ENEMY_SPEED, GLITCH, MAX_ENTITIES,
-    NBR_IDX, NBR_INB, VIRUS,
+    NBR_IDX, NBR_INB,
 )
 from . import rng
 from .generate import place_transmissions

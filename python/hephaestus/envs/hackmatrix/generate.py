@@ -1,11 +1,10 @@
 """Game start, stage initialisation, level generation and transmission placement (R25-R35, R62)."""
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from . import pathfinding as pf
 from .constants import (
-    ATTEMPT_BATCH, BLOCK, BLOCK_ATTEMPTS, CELL_COL, CELL_ROW, CORNERS, DATA_SIPHON, EMPTY, EXIT,
+    ATTEMPT_BATCH, BLOCK, BLOCK_ATTEMPTS, CORNERS, DATA_SIPHON, EMPTY, EXIT,
     IS_CORNER, MAX_ENTITIES, NUM_PROGRAMS, PROGRAM_SPAWN, RAY_IDX, RAY_INB,
 )
 from . import rng
@@ -266,7 +265,8 @@ def blank_state() -> EnvState:
         time=z(), player_pos=z(), hp=i32(3), credits=z(), energy=z(), siphons=z(), score=z(),
         attack=i32(1), owned=jnp.zeros(NUM_PROGRAMS, bool), stage=i32(1), turn=z(),
         sched_interval=i32(12), next_sched_turn=i32(12), pending_siphon=z(), atk_plus_uses=z(),
-        history=empty_history()[0], history_len=z(), history_top=z(), show_activated=jnp.bool_(False), sched_disabled=jnp.bool_(False),
+        history=empty_history(), history_len=z(), history_top=z(),
+        show_activated=jnp.bool_(False), sched_disabled=jnp.bool_(False),
         step_active=jnp.bool_(False), exit_pos=i32(35),
         content=jnp.zeros(36, i32), blk_data=jnp.zeros(36, bool), blk_question=jnp.zeros(36, bool),
         blk_points=jnp.zeros(36, i32), blk_program=jnp.zeros(36, i32), blk_spawn=jnp.zeros(36, i32),

@@ -28,8 +28,8 @@ _PROGRAM_BITS = jnp.left_shift(1, jnp.arange(NUM_PROGRAMS, dtype=i32))
 
 
 def empty_history():
-    """(history, history_len, history_top) of an empty stack (R27)."""
-    return jnp.zeros((HISTORY_CAP, SNAP_SIZE), i32), jnp.zeros((), i32), jnp.zeros((), i32)
+    """The snapshot ring of an empty stack (R27); its length and top start at 0."""
+    return jnp.zeros((HISTORY_CAP, SNAP_SIZE), i32)
 
 
 def _pack(state, fields):

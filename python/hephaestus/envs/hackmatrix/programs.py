@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from . import history, rng
 from .compact import compacted
 from .constants import (
-    BIG, BLOCK, CELL_COL, CELL_ROW, DAEMON, EMPTY, ENEMY_MAX_HP, NUM_PROGRAMS, PROGRAM_CREDITS,
+    BIG, BLOCK, DAEMON, EMPTY, ENEMY_MAX_HP, NUM_PROGRAMS, PROGRAM_CREDITS,
     PROGRAM_ENERGY, VIRUS,
 )
 from .observe import first_at_cell
@@ -73,8 +73,9 @@ def _displace(state, toward):
     has = _enemies(state) & jnp.any(ok, axis=-1)
     # applied in list order, an enemy stays if an earlier one already moved to its target; the
     # first enemy aiming at a cell always moves, so "moves" == "first in list order with that target"
-    first = jnp.full(37, BIG, i32).at[jnp.where(has, target, 36)].min(state.ent_order)
-    moves = has & (first[jnp.where(has, target, 36)] == state.ent_order)
+    aim = jnp.where(has, target, 36)                           # 36: a spare bucket for "no target"
+    first = jnp.full(37, BIG, i32).at[aim].min(state.ent_order)
+    moves = has & (first[aim] == state.ent_order)
     return state.replace(ent_pos=jnp.where(moves, target, state.ent_pos).astype(i32)), NO_KILLS, NOT_REACHED
 
 

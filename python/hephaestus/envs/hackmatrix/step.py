@@ -5,7 +5,7 @@ import jax.numpy as jnp
 from . import pathfinding as pf
 from .constants import (
     A_RESET, A_SIPHON, A_UNDO, A_WAIT, BIG, BLOCK, CROSS, DATA_SIPHON, DEATH_PENALTY_SUMS, EMPTY, EXIT,
-    NBR_IDX, NBR_INB, NUM_ACTIONS, NUM_PROGRAMS, RAY_IDX, RAY_INB, STAGE_REWARDS,
+    NBR_IDX, NUM_ACTIONS, NUM_PROGRAMS, RAY_IDX, RAY_INB, STAGE_REWARDS,
 )
 from .enemies import enemy_phase
 from . import rng
@@ -136,12 +136,6 @@ def _advance(need, state, sd):
 
 
 _advance_compact = compacted(_advance)
-
-
-def complete_stage(won, key, need=True):
-    """R68 for a stage < 8: ``won`` already has HP + 1. Generation runs only where ``need``;
-    elsewhere the result is ``won`` (see compact.py)."""
-    return _advance_compact(jnp.asarray(need), won, won, rng.seed(key))
 
 
 # ----------------------------------------------------------------------------- step
