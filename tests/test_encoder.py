@@ -40,6 +40,17 @@ class CellWalk(RandomWalk):
         return spaces.Box(-10, 10, (15,), jnp.float32)
 
 
+class QuantWalk(CellWalk):
+    """CellWalk shifted to non-negative values and declaring obs_quanta: time / 3 and start / 10 are exact in
+    uint8 storage though not in bfloat16."""
+
+    obs_quanta = (1.0, 1.0, 1.0) + (1.0, 3.0, 10.0) * 4
+
+    def get_obs(self, state, params=None, key=None):
+        shifted = state.replace(pos=state.pos + 10, start=state.start + 2)
+        return super().get_obs(shifted)
+
+
 class BadCells(CellWalk):
     obs_cells = (3, 5, 3)  # 3 + 15 != 15
 
@@ -54,6 +65,24 @@ def trainer(**overrides):
     return make_train(config, cell_env())
 
 
+def rollout_batch(tr):
+    runner = tr.runner_state
+    return jax.jit(tr.pipeline[0].apply)(jax.random.PRNGKey(0), runner.train_state, None,
+                                         runner.stages["rollout"])[1]
+
+
+def assert_batch_scored_on(tr, batch, obs):
+    """The batch's log-probabilities and values are the network's on `obs`, and an update on it is finite."""
+    params = tr.runner_state.train_state.params
+    logits, value = jax.jit(tr.network.apply)(params, obs)
+    np.testing.assert_allclose(batch["value"], value, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(batch["log_prob"],
+                               nets.categorical_log_prob(logits, batch["action_mask"], batch["action"]),
+                               rtol=1e-6, atol=1e-6)
+    _, metrics = tr.train_chunk(tr.runner_state)
+    assert metrics["total_loss"].dtype == jnp.float32 and np.all(np.isfinite(metrics["total_loss"]))
+
+
 def test_adapter_reads_obs_cells_and_checks_them():
     assert cell_env().spec.obs_cells == (3, 4, 3) and cell_env().spec.obs_dim == 15
     walk = RandomWalk()
@@ -63,17 +92,24 @@ def test_adapter_reads_obs_cells_and_checks_them():
 
 
 def test_auto_resolution_of_encoder_and_obs_dtype():
-    hm = EnvSpec(name="hackmatrix", obs_dim=1545, discrete=True, action_dim=28, obs_cells=(33, 36, 42))
+    hm = EnvSpec(name="hackmatrix", obs_dim=1545, discrete=True, action_dim=28, obs_cells=(33, 36, 42),
+                 obs_quanta=(1.0,) * 1545)
     small = EnvSpec(name="gymnax:CartPole-v1", obs_dim=4, discrete=True, action_dim=2)
     wide = dataclasses.replace(small, obs_dim=1000)
     auto = TrainConfig()
-    # auto is mlp / float32 for now (config.resolve_encoder and resolve_obs_dtype say why); the rest is asked for.
-    for spec in (hm, small, wide):
+    # auto storage: exact uint8 where the env declares obs_quanta, float32 elsewhere; auto encoder: mlp.
+    assert (resolve_encoder(auto, hm), resolve_obs_dtype(auto, hm)) == ("mlp", "uint8")
+    for spec in (small, wide):
         assert (resolve_encoder(auto, spec), resolve_obs_dtype(auto, spec)) == ("mlp", "float32")
     assert resolve_encoder(auto.replace(encoder="cells"), hm) == "cells"
     assert resolve_obs_dtype(auto.replace(obs_dtype="bfloat16"), small) == "bfloat16"
-    dtc = auto.replace(extra_stages=("world_model", "intrinsic_reward"), obs_dtype="bfloat16")
-    assert resolve_obs_dtype(dtc, hm) == "bfloat16"
+    dtc = auto.replace(extra_stages=("world_model", "intrinsic_reward"))
+    assert resolve_obs_dtype(dtc, hm) == "float32"  # the world model reads float observations
+    assert resolve_obs_dtype(dtc.replace(obs_dtype="bfloat16"), hm) == "bfloat16"
+    with pytest.raises(ConfigError, match="--obs-dtype uint8 cannot be used with --agent dtc"):
+        resolve_obs_dtype(dtc.replace(obs_dtype="uint8"), hm)
+    with pytest.raises(ConfigError, match="--obs-dtype uint8 needs an env that declares obs_quanta"):
+        resolve_obs_dtype(auto.replace(obs_dtype="uint8"), small)
     assert resolve_encoder(auto.replace(encoder="mlp"), hm) == "mlp"
     with pytest.raises(ConfigError, match="needs an env that declares obs_cells"):
         resolve_encoder(auto.replace(encoder="cells"), small)
@@ -139,38 +175,50 @@ def test_cells_network_sees_which_cell_holds_what():
 
 def test_rollout_stores_bfloat16_observations_and_acts_on_exactly_those():
     tr = trainer(obs_dtype="bfloat16")
-    runner = tr.runner_state
-    _, batch, _, _ = jax.jit(tr.pipeline[0].apply)(jax.random.PRNGKey(0), runner.train_state, None,
-                                                   runner.stages["rollout"])
+    batch = rollout_batch(tr)
     obs = batch["obs"]
     assert obs.dtype == jnp.bfloat16 and obs.shape == (8, 4, 15)
     # Stored values are the env's rounded to bfloat16 (time/3 is not exact in bfloat16, so rounding happened).
     time = obs[..., 1].astype(jnp.float32)
     np.testing.assert_array_equal(obs[..., 3 + 1], (time / 3.0).astype(jnp.bfloat16))
     assert np.any(np.asarray(obs[..., 3 + 1].astype(jnp.float32)) != np.asarray(time / 3.0))
-    # The stored log-probabilities and values are the network's on the stored observations.
-    params = runner.train_state.params
-    logits, value = jax.jit(tr.network.apply)(params, obs)
-    np.testing.assert_allclose(batch["value"], value, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(batch["log_prob"],
-                               nets.categorical_log_prob(logits, batch["action_mask"], batch["action"]),
-                               rtol=1e-6, atol=1e-6)
     # The network itself rounds its input to the storage dtype, so watch/export see what training saw.
+    params = tr.runner_state.train_state.params
     full = jnp.full((2, 15), 1.0 / 3.0, jnp.float32)
     np.testing.assert_array_equal(tr.network.apply(params, full)[1],
                                   tr.network.apply(params, full.astype(jnp.bfloat16))[1])
-    # A whole update on bfloat16 storage: float32, finite losses.
-    _, metrics = tr.train_chunk(runner)
-    assert metrics["total_loss"].dtype == jnp.float32 and np.all(np.isfinite(metrics["total_loss"]))
+    assert_batch_scored_on(tr, batch, obs)
 
 
 def test_float32_storage_keeps_observations_exact():
-    tr = trainer(obs_dtype="float32")
-    runner = tr.runner_state
-    _, batch, _, _ = jax.jit(tr.pipeline[0].apply)(jax.random.PRNGKey(0), runner.train_state, None,
-                                                   runner.stages["rollout"])
+    batch = rollout_batch(trainer(obs_dtype="float32"))
     assert batch["obs"].dtype == jnp.float32
     np.testing.assert_array_equal(batch["obs"][..., 3 + 1], batch["obs"][..., 1] / 3.0)
+
+
+def test_uint8_storage_is_exact_and_a_quarter_of_float32():
+    env = QuantWalk()
+    adapted = adapt_gymnax(env, env.default_params, "quantwalk")
+    assert adapted.spec.obs_quanta == QuantWalk.obs_quanta
+    config, _ = resolve(TrainConfig(env="quantwalk", **SMALL))
+    tr = make_train(config, adapted)
+    batch = rollout_batch(tr)
+    stored = batch["obs"]
+    assert stored.dtype == jnp.uint8 and stored.shape == (8, 4, 15)  # auto picked uint8
+    # Decoded, the observations are the env's own, bit for bit (time / 3 included, which bfloat16 rounds).
+    decoded = np.asarray(stored, np.float32) / np.asarray(QuantWalk.obs_quanta, np.float32)
+    np.testing.assert_array_equal(decoded[..., 3 + 1], decoded[..., 1] / np.float32(3.0))
+    assert np.any(decoded[..., 1] % 3 != 0)  # some time / 3 that is not a whole number was stored
+    # The network does not round exact storage: float32 inputs go through unchanged.
+    params = tr.runner_state.train_state.params
+    x = jnp.full((2, 15), 1.0 / 3.0, jnp.float32)
+    assert not np.array_equal(tr.network.apply(params, x)[1], tr.network.apply(params, x.astype(jnp.bfloat16))[1])
+    # Exports record the storage, and the network rebuilt from them (watch_agent.py) reads floats the same way.
+    meta = network_meta(adapted.spec, config)
+    assert meta["obs_dtype"] == "uint8"
+    np.testing.assert_array_equal(network_from_meta({"network": meta}).apply(params, x)[1],
+                                  tr.network.apply(params, x)[1])
+    assert_batch_scored_on(tr, batch, decoded)
 
 
 def test_export_rebuilds_the_cells_network(tmp_path):

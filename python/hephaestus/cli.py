@@ -95,8 +95,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cell-dim", type=int, default=d.cell_dim,
                    help="per-cell embedding width of the cells encoder (default: %(default)s)")
     g.add_argument("--obs-dtype", choices=OBS_DTYPES, default=d.obs_dtype,
-                   help="dtype observations are stored (and rounded to before acting) in the rollout buffer; "
-                        "bfloat16 halves the buffer; auto = float32 for now (default: %(default)s)")
+                   help="how the rollout buffer stores observations: uint8 is exact for envs declaring obs_quanta "
+                        "(hackmatrix) at a quarter of float32's memory; bfloat16 halves it, rounding what the "
+                        "policy sees; auto = uint8 where exact, else float32 (default: %(default)s)")
     g.add_argument("--extra-stages", default="",
                    help="comma-separated extra pipeline stages, e.g. reward_bonus (default: none)")
 

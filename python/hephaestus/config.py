@@ -18,10 +18,8 @@ REFERENCE_MINIBATCHES = 4
 REFERENCE_EPOCHS = 4
 MAX_MINIBATCHES = 64
 MIN_EPOCHS = 2
-# --obs-dtype auto stores observations at least this wide in bfloat16: there the buffer dominates memory.
-WIDE_OBS = 512
 ENCODERS = ("auto", "mlp", "cells")
-OBS_DTYPES = ("auto", "float32", "bfloat16")
+OBS_DTYPES = ("auto", "float32", "bfloat16", "uint8")
 
 
 class ConfigError(ValueError):
@@ -60,10 +58,10 @@ class TrainConfig:
     # for now; cells did not yet learn as well on HackMatrix (resolve_encoder, specs/pipeline.md).
     encoder: str = "auto"
     cell_dim: int = 16  # per-cell embedding width of the cells encoder (42 one-hot-ish channels -> 16)
-    # Rollout-buffer dtype of observations. bfloat16 halves the largest array of a rollout (2048 x 128 x
-    # 1545 floats = 1.6 GB in float32); the network always sees the rounded values, so what is stored is
-    # what the policy acted on. "auto": float32 for now: bfloat16 storage did not yet learn as well on
-    # HackMatrix (resolve_obs_dtype says what was measured). Losses and reductions stay float32 either way.
+    # Rollout-buffer dtype of observations (obs_storage.py), the largest array of a rollout (2048 x 128 x 1545
+    # floats = 1.6 GB in float32). "uint8": exact, for envs declaring obs_quanta (HackMatrix): a quarter of the
+    # memory, bit-identical observations. "bfloat16": half, lossy; the policy acts on the rounded values.
+    # "auto": uint8 where the env declares obs_quanta and no extra stage reads observations (DTC), else float32.
     obs_dtype: str = "auto"
     # pipeline: extra stages (registered in stages.py) inserted after the core stage they name
     extra_stages: tuple[str, ...] = ()
@@ -228,22 +226,28 @@ def resolve_encoder(config: TrainConfig, spec) -> str:
         raise ConfigError(f"--encoder cells needs an env that declares obs_cells (flat, cells, channels); "
                           f"{config.env} does not (use --encoder mlp)")
     if config.encoder == "auto":
-        # mlp even where cells are declared, for now: on HackMatrix (2e6 steps, 64 envs, seed 0) two cells
-        # variants reached a longer survival but no stage progress (reward/stage flat at ~0.004) while the MLP
-        # went 0.007 -> 0.015. Flip this once --encoder cells learns at least as well.
+        # mlp even where cells are declared: on HackMatrix (2e6 steps, 64 envs, exact uint8 storage) cells made
+        # stage progress on one seed of two (reward/stage 0.005 -> 0.019 on seed 1, flat at 0.004 on seed 0)
+        # while the MLP did on both (0.0052 -> 0.0150 and 0.0055 -> 0.0142). Not "at least as well" yet.
         return "mlp"
     return config.encoder
 
 
 def resolve_obs_dtype(config: TrainConfig, spec) -> str:
-    """"float32" or "bfloat16": how the rollout stores observations (and rounds them before acting)."""
+    """"float32", "bfloat16" or "uint8": how the rollout stores observations (obs_storage.py)."""
+    quantised = getattr(spec, "obs_quanta", None) is not None
+    # DTC's world model and replay read the batch's observations as floats.
+    reads_obs = any(name in DTC_STAGES for name in config.extra_stages)
+    if config.obs_dtype == "uint8":
+        if not quantised:
+            raise ConfigError(f"--obs-dtype uint8 needs an env that declares obs_quanta; {config.env} does not "
+                              "(use float32 or bfloat16)")
+        if reads_obs:
+            raise ConfigError("--obs-dtype uint8 cannot be used with --agent dtc (its world model reads float "
+                              "observations); use float32 or bfloat16")
     if config.obs_dtype != "auto":
         return config.obs_dtype
-    # float32 for now: on HackMatrix (2e6 steps, 64 envs, seed 0) all three runs on bfloat16 storage (MLP and
-    # two cells variants) lengthened episodes without stage progress (reward/stage 0.0045 -> 0.002 for the
-    # MLP) while float32 went 0.0067 -> 0.0167. One seed each, so not proof, but not "learns as well" either.
-    # Meant rule once that is settled: bfloat16 for envs declaring obs_cells or obs >= WIDE_OBS, unless DTC.
-    return "float32"
+    return "uint8" if quantised and not reads_obs else "float32"
 
 
 # The stages `--agent dtc` inserts after the rollout, in this order (python/hephaestus/dtc/stages.py).

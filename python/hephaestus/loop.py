@@ -48,6 +48,17 @@ def enable_compilation_cache(path: str | None = None) -> str:
     return path
 
 
+def release_freed_memory() -> None:
+    """Hand memory the compiler freed back to the OS (glibc keeps it otherwise: measured at 2048 x 128 on
+    HackMatrix, 740 MiB of a 1.6 GiB process after compiling), so the run's own buffers do not stack on top of
+    it and raise the peak. A no-op where there is no glibc."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def wait_ready(tree, longest_sleep: float = 0.05) -> None:
     """Block until every array in `tree` is computed, sleeping in short steps: a blocking C++ wait would
     delay Python signal handlers (checkpoint.StopSignals) until the chunk ends."""
@@ -85,6 +96,7 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print) -> 
             t0 = time.perf_counter()
             compiled = trainer.compiled_chunk.lower(runner, np.int32(n)).compile()
             result.compile_seconds = time.perf_counter() - t0
+            release_freed_memory()
             message(f"compile: {result.compile_seconds:.1f}s (chunk of {config.log_interval} updates)")
         t0 = time.perf_counter()
         runner, metrics = compiled(runner, np.int32(n))

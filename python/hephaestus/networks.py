@@ -13,9 +13,9 @@ then concatenates the flat features and the cell embeddings before the usual MLP
 multiply-adds of the whole network. The encoder (688 parameters) is shared by actor and critic, so it runs once
 per observation; a shared torso would halve the rest too, but the torsos stay separate for the reason above.
 
-The network's input is the observation rounded to `obs_dtype` (the rollout buffer's storage dtype), so the
-policy acting in the rollout, the PPO update on stored observations, and a replay in watch.py all see the
-same numbers.
+With bfloat16 observation storage the network's input is the observation rounded to bfloat16, so the policy
+acting in the rollout, the PPO update on stored observations, and a replay in watch.py all see the same
+numbers; float32 and uint8 storage (exact, obs_storage.py) leave observations as they are.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class ActorCritic(nn.Module):
     num_layers: int = 2
     activation: str = "tanh"
     dtype: jnp.dtype = jnp.float32
-    obs_dtype: jnp.dtype = jnp.float32  # inputs are rounded to this (the rollout's storage dtype) first
+    obs_dtype: jnp.dtype = jnp.float32  # the rollout's storage dtype: bfloat16 rounds the inputs first
     obs_cells: tuple[int, int, int] | None = None  # (flat, cells, channels) for the cell encoder; None: MLP
     cell_dim: int = 16
 
@@ -113,8 +113,8 @@ class ActorCritic(nn.Module):
 
 
 def round_obs(obs, obs_dtype):
-    """The observation as stored: rounded to `obs_dtype` (exact no-op when it already is, or for float32)."""
-    return obs.astype(obs_dtype)
+    """The observation as stored: rounded for bfloat16 storage; float32 and uint8 storage are exact."""
+    return obs.astype(jnp.bfloat16) if jnp.dtype(obs_dtype) == jnp.bfloat16 else obs
 
 
 def make_network(spec, config) -> ActorCritic:

@@ -22,6 +22,7 @@ from flax.training.train_state import TrainState
 from hephaestus import networks as nets
 from hephaestus.config import TrainConfig, resolve_obs_dtype
 from hephaestus.distributed import Sharder, mesh_for
+from hephaestus.obs_storage import storage_for
 from hephaestus.envs.adapters import AdaptedEnv
 from hephaestus.envs.registry import make_env
 from hephaestus.stages import Stage, StageContext, build_pipeline
@@ -94,18 +95,23 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     env = env or make_env(config.env)
     spec = env.spec
     network = nets.make_network(spec, config)  # raises ConfigError for --encoder cells on an env without cells
-    # Rollout-buffer dtype of observations (--obs-dtype): bfloat16 halves the batch's largest array.
-    obs_dtype = jnp.dtype(resolve_obs_dtype(config, spec))
+    # How the rollout buffer stores observations (--obs-dtype, obs_storage.py): the batch's largest array.
+    storage = storage_for(resolve_obs_dtype(config, spec), spec)
     tx = make_optimizer(config)
     num_envs, num_steps = config.num_envs, config.num_steps
     low = jnp.asarray(spec.action_low, jnp.float32) if not spec.discrete else None
     high = jnp.asarray(spec.action_high, jnp.float32) if not spec.discrete else None
-    v_reset = jax.vmap(env.reset)
-    v_step = shard.per_device(jax.vmap(env.step))  # with several devices: each steps only its own envs
+    # Both jitted, so each is traced once: the eval_shape calls below cache the traces that rollout_init and the
+    # rollout reuse (tracing a HackMatrix step takes seconds). Run op by op, a HackMatrix reset took 29 s of
+    # eager dispatch at start-up; compiled whole, 4 s.
+    v_reset = jax.jit(jax.vmap(env.reset))
+    v_step = jax.jit(shard.per_device(jax.vmap(env.step)))  # with several devices: each steps its own envs
     # The info entries an env step reports (reward terms, stage) fix which extra metrics a rollout sums.
-    _state_shape, _ = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
-    _action_shape = jax.ShapeDtypeStruct((), jnp.int32) if spec.discrete else jax.ShapeDtypeStruct((spec.action_dim,), jnp.float32)
-    step_info = jax.eval_shape(env.step, jax.random.PRNGKey(0), _state_shape, _action_shape)[1].info
+    env_keys_shape = jax.eval_shape(lambda: jax.random.split(jax.random.PRNGKey(0), num_envs))
+    env_state_shape, _ = jax.eval_shape(v_reset, env_keys_shape)
+    action_shape = jax.ShapeDtypeStruct((num_envs,) if spec.discrete else (num_envs, spec.action_dim),
+                                        jnp.int32 if spec.discrete else jnp.float32)
+    step_info = jax.eval_shape(v_step, env_keys_shape, env_state_shape, action_shape)[1].info
     # Named action ranges (EnvSpec.action_groups, e.g. HackMatrix move/siphon/program) -> actions/<name>_frac.
     action_groups = tuple(getattr(spec, "action_groups", ())) if spec.discrete else ()
 
@@ -145,10 +151,10 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         def env_step(carry, step_key):
             rs, sums = carry
             key_act, key_env = jax.random.split(step_key)
-            # Round to the storage dtype first: the policy acts on exactly the observation the batch stores
-            # (the network would round it the same way; doing it here makes the pairing explicit).
-            obs = rs.obs.astype(obs_dtype)
-            env_action, action, log_prob, value = policy(params, obs, rs.action_mask, key_act)
+            # The policy acts on the observation as the batch stores it (identical for exact storage), so the
+            # stored log-probabilities and values are those of the stored observations.
+            stored_obs = storage.encode(rs.obs)
+            env_action, action, log_prob, value = policy(params, storage.decode(stored_obs), rs.action_mask, key_act)
             env_keys = shard.constrain_envs(jax.random.split(key_env, num_envs))
             env_state, step = v_step(env_keys, rs.env_state, env_action)
             # Truncated episodes bootstrap from the critic's value of the observation they ended on. The
@@ -171,7 +177,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
                 **{f"actions/{g}_frac": sums[f"actions/{g}_frac"] + jnp.sum((action >= lo) & (action < hi)).astype(jnp.float32)
                    for g, lo, hi in action_groups},
             }
-            transition = {"obs": obs, "action_mask": rs.action_mask, "action": action, "log_prob": log_prob,
+            transition = {"obs": stored_obs, "action_mask": rs.action_mask, "action": action, "log_prob": log_prob,
                           "value": value, "reward": step.reward, "terminated": step.terminated,
                           "truncated": step.truncated, "bootstrap_value": bootstrap}
             rs = rs.replace(env_state=env_state, obs=step.obs, action_mask=step.action_mask,
@@ -219,7 +225,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     # ---------------------------------------------------------------------------------------------
     # Stage 3: PPO update. Each epoch shuffles *indices*; minibatches gather rows by index, so the batch
     # (whose observations dominate memory) is never copied whole. Observations stay in their storage dtype
-    # until the network casts them up; losses and reductions are float32.
+    # until a minibatch is decoded; losses and reductions are float32.
 
     batch_size, num_minibatches = config.batch_size, config.num_minibatches
     minibatch_size = batch_size // num_minibatches
@@ -250,11 +256,11 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     def ppo_update_apply(key, train_state, batch, state):
         flat = {k: batch[k].reshape((batch_size,) + batch[k].shape[2:]) for k in train_keys}
 
-        flat["obs"] = as_bits(flat["obs"])
+        flat["obs"] = storage.to_gather(flat["obs"])
 
         def minibatch_step(train_state, idx):
             mb = jax.tree.map(lambda x: jnp.take(x, idx, axis=0), flat)
-            mb["obs"] = from_bits(mb["obs"], obs_dtype)
+            mb["obs"] = storage.from_gather(mb["obs"])
             (_, stats), grads = grad_fn(train_state.params, mb)
             stats["grad_norm"] = optax.tree.norm(grads)
             return train_state.apply_gradients(grads=grads), stats
@@ -280,13 +286,13 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             return shard.constrain(jnp.swapaxes(x, 0, 1).reshape((num_devices, rows) + x.shape[3:]), "data")
 
         rowed = {k: to_rows(batch[k]) for k in train_keys}
-        rowed["obs"] = as_bits(rowed["obs"])
+        rowed["obs"] = storage.to_gather(rowed["obs"])
 
         def minibatch_step(train_state, idx):  # idx [D, minibatch/D]: row-local indices
             mb = jax.tree.map(lambda x: jax.vmap(lambda r, i: jnp.take(r, i, axis=0))(x, idx), rowed)
             mb = jax.tree.map(lambda x: shard.constrain(x.reshape((minibatch_size,) + x.shape[2:]), "data"),
                               shard.constrain(mb, "data"))
-            mb["obs"] = from_bits(mb["obs"], obs_dtype)
+            mb["obs"] = storage.from_gather(mb["obs"])
             (_, stats), grads = grad_fn(train_state.params, mb)
             grads = shard.replicate(grads)
             stats["grad_norm"] = optax.tree.norm(grads)
@@ -333,11 +339,14 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     def chunk(runner: RunnerState, num_updates: jax.Array):
         """`log_interval` scan slots; slots past `num_updates` are skipped by a real branch, so a final,
         shorter chunk reuses the same compiled program instead of compiling another."""
-        metric_shapes = jax.eval_shape(one_update, runner, None)[1]
+        # Through jit, the update is traced once: eval_shape caches the trace the cond below reuses (tracing the
+        # HackMatrix step takes seconds). The inner jit is inlined into the chunk's program.
+        update = jax.jit(one_update)
+        metric_shapes = jax.eval_shape(update, runner, None)[1]
 
         def maybe_update(runner, slot):
             skip = lambda r: (r, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes))
-            return jax.lax.cond(slot < num_updates, lambda r: one_update(r, None), skip, runner)
+            return jax.lax.cond(slot < num_updates, lambda r: update(r, None), skip, runner)
 
         runner, metrics = jax.lax.scan(maybe_update, shard.constrain_runner(runner), jnp.arange(config.log_interval))
         # Pin the output layout to the input's, so the next chunk reuses this program; metrics replicated so
@@ -355,7 +364,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     def init_runner_state(seed: int) -> RunnerState:
         key = jax.random.PRNGKey(seed)
         key, key_net, *stage_keys = jax.random.split(key, len(pipeline) + 2)
-        params = network.init(key_net, jnp.zeros((1, spec.obs_dim), jnp.float32))
+        params = jax.jit(network.init)(key_net, jnp.zeros((1, spec.obs_dim), jnp.float32))  # one compile, not op by op
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
         stages = {s.name: s.init(k) for s, k in zip(pipeline, stage_keys)}
         hyper = {"lr": jnp.float32(config.lr), "num_updates": jnp.float32(config.num_updates)}
@@ -366,19 +375,6 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     return Trainer(config=config, env=env, network=network, pipeline=pipeline,
                    runner_state=init_runner_state(config.seed), train_chunk=train_chunk,
                    compiled_chunk=compiled_chunk, init_runner_state=init_runner_state, mesh=mesh, sharder=shard)
-
-
-def as_bits(obs):
-    """bfloat16 observations as their uint16 bit patterns (free: same bytes); float32 ones unchanged.
-
-    XLA's CPU backend computes a bfloat16 gather in float32 and, since the whole batch is loop-invariant in the
-    minibatch scan, hoists that conversion out of it: a float32 copy of every stored observation (measured:
-    the update's temporaries 98 -> 484 MiB at 512 x 128 x 1545). Gathering integers avoids the conversion."""
-    return jax.lax.bitcast_convert_type(obs, jnp.uint16) if obs.dtype == jnp.bfloat16 else obs
-
-
-def from_bits(obs, obs_dtype):
-    return jax.lax.bitcast_convert_type(obs, obs_dtype) if obs.dtype == jnp.uint16 else obs
 
 
 def gae(reward, value, next_value, terminated, done, gamma, gae_lambda):

@@ -10,7 +10,8 @@ from hephaestus.envs.hackmatrix import EnvParams, EnvState, HackMatrix, make_sta
 from hephaestus.envs.hackmatrix.constants import (
     BLOCK, CORNERS, DATA_SIPHON, EMPTY, EXIT, IS_CORNER, PROGRAM_SPAWN,
 )
-from hephaestus.envs.hackmatrix.observe import observation
+from hephaestus.envs.hackmatrix.observe import OBS_QUANTA, observation
+from hephaestus.obs_storage import ObsStorage
 from hephaestus.envs.hackmatrix.state import REWARD_TERMS
 
 from hm_helpers import ENV, PARAMS, py_bfs_connected
@@ -124,6 +125,57 @@ def test_rollout_properties_and_reward_sums():
     ref = np.asarray(observation(s_tb))
     bad = np.nonzero(np.abs(ref - obs[t, b]) > 1e-6)[0]
     assert bad.size == 0, (bad, ref[bad], obs[t, b][bad])
+
+
+def test_observations_store_exactly_in_uint8():
+    """obs * OBS_QUANTA is an integer in 0..255 and the uint8 round trip gives the same float32 bits, over
+    random rollouts (auto-reset and final observations included) and a state with every value at its top."""
+    o = _rollout()
+    extreme = make_state(
+        player=(5, 5), hp=3, credits=99, energy=250, siphons=25, stage=8, attack=3, owned=range(23),
+        show_activated=True, sched_disabled=True, exit=(0, 0), data_siphons=[(4, 4)],
+        blocks=[{"pos": (2, 2), "kind": "data", "points": 9, "spawn": 9},
+                {"pos": (2, 3), "kind": "program", "program": 22, "spawn": 9, "siphoned": True}],
+        resources={(1, 1): ("credits", 3), (1, 2): ("energy", 3)}, siphon_centers=[(1, 1)],
+        enemies=[{"type": t, "pos": (3, t), "hp": 2, "stunned": True, "siphon": True} for t in range(4)],
+        transmissions=[{"pos": (4, 0), "turns": 9}])
+    samples = [o["obs"]["obs"].reshape(-1, 1545), o["final_obs"]["obs"].reshape(-1, 1545), _resets()[0]["obs"],
+               np.asarray(observation(extreme))[None]]
+    obs = np.concatenate(samples)
+    scaled = obs * np.asarray(OBS_QUANTA, np.float32)
+    assert np.abs(scaled - np.round(scaled)).max() < 1e-3
+    assert np.round(scaled).min() >= 0 and np.round(scaled).max() <= 255
+    assert np.round(scaled[-1]).max() == 50                 # credits and energy at their cap (R96)
+    storage = ObsStorage("uint8", OBS_QUANTA)
+    stored = jax.jit(storage.encode)(obs)
+    assert stored.dtype == jnp.uint8
+    np.testing.assert_array_equal(np.asarray(jax.jit(storage.decode)(stored)).view(np.uint32), obs.view(np.uint32))
+    # A quantum that does not fit would not round-trip (the check above can fail).
+    wrong = ObsStorage("uint8", tuple(q * 2 if i == 2 else q for i, q in enumerate(OBS_QUANTA)))
+    assert not np.array_equal(np.asarray(wrong.decode(wrong.encode(obs / 1.5))), obs / 1.5)
+
+
+def test_pipeline_adapter_resets_done_lanes_like_reset_env():
+    """The training pipeline's adapter uses HackMatrix.auto_reset (a level only for lanes that are done): a lane
+    at the step limit comes back exactly as reset_env makes a game, the other exactly as step_env left it."""
+    from hephaestus.envs.registry import make_env
+
+    adapted = make_env("hackmatrix")
+    ending, going = make_state(player=(0, 0), time=999), make_state(player=(0, 0), time=5)  # D6 limit 1000
+    states = jax.tree.map(lambda a, b: jnp.stack([a, b]), ending, going)
+    keys = jax.random.split(jax.random.PRNGKey(3), 2)
+    action = jnp.array([0, 0], jnp.int32)  # R37: a move to (1, 0) is open on an empty board
+    new, step = jax.jit(jax.vmap(adapted.step))(keys, states, action)
+    assert step.truncated.tolist() == [True, False] and not step.terminated.any()
+    # The adapter splits each lane's key into (step, reset) keys.
+    fresh_obs, fresh = jax.jit(ENV.reset_env)(jax.random.split(keys[0])[1], PARAMS)
+    moved_obs, moved, *_ = jax.jit(ENV.step_env)(jax.random.split(keys[1])[0], going, jnp.int32(0), PARAMS)
+    for lane, (want_state, want_obs) in enumerate([(fresh, fresh_obs), (moved, moved_obs)]):
+        got = jax.tree.map(lambda x: x[lane], new)
+        for name in got.__dataclass_fields__:
+            np.testing.assert_array_equal(getattr(got, name), getattr(want_state, name), err_msg=name)
+        np.testing.assert_array_equal(step.obs[lane], want_obs["obs"])
+    assert int(new.time[0]) == 0 and int(new.time[1]) == 6
 
 
 def test_R25_R35_reset_and_generation_properties():

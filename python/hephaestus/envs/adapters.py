@@ -11,6 +11,9 @@ here; a leaf named `action_mask` is taken out and becomes `EnvStep.action_mask`.
 
 gymnax 1.x (`step_env` + `is_truncated` + `reset_env`), jumanji (`TimeStep`) and craftax (gymnax-style with a
 five-tuple `step`) all pass through here and nowhere else. The pipeline vmaps these functions over envs.
+A gymnax-style env may offer `auto_reset(key, done, state, obs, params) -> (state, obs)`, equal to resetting
+where `done` and keeping the rest; the adapter then uses it instead of a reset for every lane plus a select
+(HackMatrix's generates levels only for the lanes that are done).
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ class EnvSpec:
     # `cells` groups of `channels` values, row-major. Taken from the env's `obs_cells` attribute when it has
     # one; the `cells` encoder (networks.py) embeds each cell with shared weights.
     obs_cells: tuple[int, int, int] | None = None
+    # Optional quantisation of the observation: obs[i] * obs_quanta[i] is an integer in 0..255 for every
+    # observation the env produces, so the rollout can store it exactly in uint8 (obs_storage.py). Taken from
+    # the env's `obs_quanta` attribute when it has one.
+    obs_quanta: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -105,8 +112,16 @@ def _probe_spec(name, reset_fn, discrete, action_dim, low=(), high=()) -> EnvSpe
                    action_low=tuple(low), action_high=tuple(high), has_action_mask=mask is not None)
 
 
-def with_obs_cells(spec: EnvSpec, env) -> EnvSpec:
-    """`spec` with the env's declared `obs_cells` (flat, cells, channels), checked against obs_dim."""
+def with_obs_structure(spec: EnvSpec, env) -> EnvSpec:
+    """`spec` with the env's declared `obs_cells` (flat, cells, channels) and `obs_quanta`, checked against
+    obs_dim."""
+    quanta = getattr(env, "obs_quanta", None)
+    if quanta is not None:
+        quanta = tuple(float(q) for q in quanta)
+        if len(quanta) != spec.obs_dim or min(quanta) <= 0:
+            raise ValueError(f"{spec.name}: obs_quanta must hold {spec.obs_dim} positive numbers, one per "
+                             f"observation entry (got {len(quanta)})")
+        spec = dataclasses.replace(spec, obs_quanta=quanta)
     cells = getattr(env, "obs_cells", None)
     if not cells:
         return spec
@@ -150,7 +165,7 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
     spec = _probe_spec(name, raw_reset, discrete, action_dim, low, high)
     if discrete and getattr(env, "action_groups", None):
         spec = dataclasses.replace(spec, action_groups=tuple((str(n), int(a), int(b)) for n, a, b in env.action_groups))
-    spec = with_obs_cells(spec, env)
+    spec = with_obs_structure(spec, env)
 
     def reset(key):
         state, obs_tree = raw_reset(key)
@@ -170,9 +185,12 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
             terminated = done
             truncated = env.is_truncated(next_state, params)
         finished = jnp.logical_or(terminated, truncated)
-        reset_obs, reset_state = env.reset_env(key_reset, params)
-        new_state = _select(finished, reset_state, next_state)
-        new_obs = _select(finished, reset_obs, obs_tree)
+        if getattr(env, "auto_reset", None):  # the env's own, cheaper under vmap (HackMatrix: only done lanes generate)
+            new_state, new_obs = env.auto_reset(key_reset, finished, next_state, obs_tree, params)
+        else:
+            reset_obs, reset_state = env.reset_env(key_reset, params)
+            new_state = _select(finished, reset_state, next_state)
+            new_obs = _select(finished, reset_obs, obs_tree)
         return new_state, _finish(spec, new_obs, reward, terminated, truncated, obs_tree, _info_extras(info))
 
     return AdaptedEnv(spec=spec, reset=reset, step=step, raw_env=env, raw_params=params)
@@ -194,7 +212,7 @@ def adapt_jumanji(env, name: str) -> AdaptedEnv:
         state, timestep = env.reset(key)
         return state, timestep.observation
 
-    spec = with_obs_cells(_probe_spec(name, raw_reset, True, action_dim), env)
+    spec = with_obs_structure(_probe_spec(name, raw_reset, True, action_dim), env)
 
     def reset(key):
         state, obs_tree = raw_reset(key)

@@ -9,7 +9,7 @@ from .constants import NUM_ACTIONS, OBS_SIZE
 from . import rng
 from .compact import compacted
 from .generate import new_game, new_game_seeded
-from .observe import action_mask, observation
+from .observe import OBS_QUANTA, action_mask, observation
 from .state import EnvParams, EnvState
 from .step import step as _step
 
@@ -34,6 +34,8 @@ class HackMatrix(environment.Environment):
     # Observation structure (R95): obs[:33] are player features and owned-program flags, obs[33:] are
     # 36 cells x 42 channels, row-major. A network may encode the cells with shared weights.
     obs_cells = (33, 36, 42)
+    # obs * obs_quanta is an integer in 0..255 (observe.py): the rollout stores observations exactly in uint8.
+    obs_quanta = OBS_QUANTA
 
     @property
     def default_params(self) -> EnvParams:
@@ -55,9 +57,16 @@ class HackMatrix(environment.Environment):
         obs_st, state_st, reward, terminated, info = self.step_env(key_step, state, action, params)
         truncated = self.is_truncated(state_st, params)
         done = jnp.logical_or(terminated, truncated)
-        obs, state = _fresh_compact(done, (obs_st, state_st), rng.seed(key_reset))
+        state, obs = self.auto_reset(key_reset, done, state_st, obs_st, params)
         info = {**info, "terminated": terminated, "truncated": truncated, "final_observation": obs_st}
         return obs, state, reward, terminated, truncated, info
+
+    def auto_reset(self, key, done, state, obs, params=None):
+        """(state, obs), with a fresh game (what `reset_env(key)` gives) where `done`. The training pipeline's
+        adapter calls this instead of resetting every lane and selecting: under vmap only the lanes that are
+        done generate a level (compact.py), about 1% of them per step."""
+        obs, state = _fresh_compact(done, (obs, state), rng.seed(key))
+        return state, obs
 
     def step_env(self, key, state: EnvState, action, params: EnvParams):
         state, reward, terminated, info = _step(state, action, key, params)

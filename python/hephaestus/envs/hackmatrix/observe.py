@@ -8,6 +8,16 @@ from .constants import (
 
 f32 = jnp.float32
 
+# Each observation entry is an integer divided by its quantum (R95-R102's normalisations; flags are /1), in
+# the order `observation` builds them. The rollout stores obs * quanta in uint8 and decodes with the same
+# float32 division, bit for bit (obs_storage.py); tests/hackmatrix check it over random rollouts.
+PLAYER_QUANTA = (5, 5, 3, 50, 50, 7, 10, 2, 1, 1)
+CELL_QUANTA = ((1,) * 4 + (3, 1, 1)             # enemy type one-hot, hp / 3, stunned, siphon-spawned
+               + (1, 1, 1, 9, 1)                # data, program, question, points / 9, siphoned
+               + (1,) * NUM_PROGRAMS + (9, 4)   # program one-hot, spawn / 9, transmission turns / 4
+               + (3, 3, 1, 1, 1))               # credits / 3, energy / 3, data siphon, exit, siphon centre
+OBS_QUANTA = PLAYER_QUANTA + (1,) * NUM_PROGRAMS + CELL_QUANTA * 36
+
 
 def first_at_cell(state, kind_mask):
     """For each cell: (exists, slot of the first entity in list order (D3) among kind_mask).
