@@ -49,10 +49,12 @@ def main(argv=None) -> int:
     print(f"run {config.run_name}: {config.env}, {config.num_envs} envs x {config.num_steps} steps, "
           f"{config.num_updates} updates, {config.num_minibatches} minibatches x {config.update_epochs} epochs, "
           f"compile cache {cache}")
+    t_setup = time.perf_counter()
     try:
         trainer = make_train(config, env)
     except ValueError as err:
         fail(str(err))
+    print(f"setup: {time.perf_counter() - t_setup:.1f}s (initial state and tracing)")
     from hephaestus.checkpoint import CheckpointError, prepare_run
     try:  # restores a --resume checkpoint into trainer.runner_state; refuses before writing anything
         session = prepare_run(config, trainer, run_dir, resume, main_process=main_process, message=print)
