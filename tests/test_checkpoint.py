@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from hephaestus import checkpoint as ck
-from hephaestus import train
 from hephaestus.export import load_params_npz
+from train_cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "train_purejaxrl.py")
@@ -32,14 +32,6 @@ def no_wandb(monkeypatch, tmp_path):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-
-
-def main(*args):
-    """train.main in-process; returns (exit code, stdout, stderr) via capsys in the caller."""
-    try:
-        return train.main(list(args))
-    except SystemExit as exit_:
-        return exit_.code
 
 
 def params_of(path):

@@ -8,8 +8,9 @@ import struct
 
 import pytest
 
-from hephaestus import sinks, train
+from hephaestus import sinks
 from hephaestus.config import TrainConfig
+from train_cli import main
 
 TINY = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
         "--num-layers", "1", "--log-interval", "2", "--num-minibatches", "2", "--update-epochs", "1",
@@ -31,13 +32,6 @@ def offline_home(monkeypatch, tmp_path):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("NETRC", raising=False)
     return home
-
-
-def main(*args):
-    try:
-        return train.main(list(args))
-    except SystemExit as exit_:
-        return exit_.code
 
 
 def read_wandb_records(path):
