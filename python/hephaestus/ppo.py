@@ -22,9 +22,9 @@ from flax.training.train_state import TrainState
 from hephaestus import networks as nets
 from hephaestus.config import TrainConfig, resolve_obs_dtype
 from hephaestus.distributed import Sharder, mesh_for
-from hephaestus.obs_storage import storage_for
 from hephaestus.envs.adapters import AdaptedEnv
 from hephaestus.envs.registry import make_env
+from hephaestus.obs_storage import storage_for
 from hephaestus.stages import Stage, StageContext, build_pipeline
 
 # Per-update metrics every run returns (stages add their own keys).
