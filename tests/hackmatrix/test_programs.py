@@ -915,3 +915,25 @@ def test_random_program_rollout_uses_every_program_and_keeps_invariants():
         tot = tot + o["terms"][k]
     assert np.allclose(tot, o["r"], atol=1e-5)
     assert (np.abs(o["terms"]["step"] + 0.01) < 1e-7).all()
+
+
+def test_R94_batched_stage_advance_keeps_history_and_matches_the_single_env_step():
+    """Under vmap, level generation runs only for the lanes that complete a stage, packed without their UNDO
+    history (step.advance_where). Each lane of a batch must equal the unbatched step, leaf by leaf, and the
+    lane that advances keeps its 16-slot history exactly (R94)."""
+    s0 = make_state(player=(3, 5), exit=(5, 5), hp=2, credits=3, owned=["UNDO"])
+    _, s1, _, _, _ = step(s0, UP)                    # an enemy phase: one snapshot on the stack
+    lanes = [(s1, UP, 5),                            # reaches the exit: stage 2
+             (make_state(player=(2, 2), exit=(5, 5)), LEFT, 6),
+             (s1, DOWN, 7)]
+    batch = jax.tree.map(lambda *x: jnp.stack(x), *[s for s, _, _ in lanes])
+    keys = jnp.stack([jax.random.key(k) for _, _, k in lanes])
+    actions = jnp.asarray([a for _, a, _ in lanes], jnp.int32)
+    _, out, reward, term, _ = jax.jit(jax.vmap(lambda k, s, a: ENV.step_env(k, s, a, PARAMS)))(keys, batch, actions)
+    for i, (s, a, k) in enumerate(lanes):
+        _, single, r, t, _ = step(s, a, k)
+        jax.tree.map(lambda b, x: np.testing.assert_array_equal(np.asarray(b)[i], np.asarray(x)), out, single)
+        assert float(reward[i]) == float(r) and bool(term[i]) == bool(t)
+    assert int(out.stage[0]) == 2 and int(out.stage[1]) == 1
+    assert int(out.history_len[0]) == int(s1.history_len) == 1
+    np.testing.assert_array_equal(np.asarray(out.history[0]), np.asarray(s1.history))

@@ -138,6 +138,16 @@ def _advance(need, state, sd):
 _advance_compact = compacted(_advance)
 
 
+def advance_where(need, base, state, sd):
+    """The next stage (R28) from ``state`` where ``need``, else ``base``. Level generation never reads or
+    writes the UNDO history (R94 keeps it across stages), so the lanes are packed without it (120 words
+    each instead of 1,920) and ``base``'s history, which is ``state``'s, is put back: the step's later
+    selects then see one unchanged leaf and skip the 16-snapshot copy."""
+    slim = lambda s: s.replace(history=s.history[:1])
+    out = _advance_compact(need, slim(base), slim(state), sd)
+    return out.replace(history=base.history)
+
+
 # ----------------------------------------------------------------------------- step
 def step(state, action, key, params):
     """Returns (state, reward, terminated, info) for one agent action (R39)."""
@@ -167,7 +177,7 @@ def step(state, action, key, params):
     phased, dropped, phase_ran = enemy_phase(st, k_enemy)
     run_phase = ends_turn & ~reached
     base = select(reached, won, select(run_phase, phased, st))
-    st = _advance_compact(reached & ~victory & valid, base, won, rng.seed(k_stage))
+    st = advance_where(reached & ~victory & valid, base, won, rng.seed(k_stage))
     forget = reached & ~params.undo_across_stages                               # D7 option
     st = st.replace(history_len=jnp.where(forget, 0, st.history_len).astype(i32))
     dropped = jnp.where(run_phase, dropped, 0)
