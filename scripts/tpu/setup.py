@@ -88,7 +88,7 @@ def remote_script(repo: str, branch: str, remote_dir: str, python: str) -> str:
         f" elif [ -e {d} ]; then echo {q(f'[hephaestus] {remote_dir} exists but is not a git clone')} >&2; exit 1;"
         f" else git clone -q --branch {q(branch)} -- {q(repo)} {d}; fi",
         f"cd {d}",
-        f'echo "[hephaestus] $(hostname): code at $(git rev-parse --short HEAD)"',
+        'echo "[hephaestus] $(hostname): code at $(git rev-parse --short HEAD)"',
         # venv (Debian/Ubuntu need the pythonX.Y-venv package for `python -m venv`)
         f"if [ ! -x {venv_py} ]; then rm -rf {c.VENV_DIR}; {py} -m venv {c.VENV_DIR}"
         + (f" || {{ {apt} install -y {py}-venv && rm -rf {c.VENV_DIR} && {py} -m venv {c.VENV_DIR}; }}"

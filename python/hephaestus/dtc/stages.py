@@ -60,7 +60,7 @@ def make_world_model(config, spec):
     """(model, init(key) -> WorldModelState, train(key, state, batch) -> (state, novelty[T,N], metrics))."""
     sizes = sizes_from(config, spec)
     model = rssm.RSSM(sizes)
-    k, n, t, seq_len = config.dtc_ensemble_size, config.num_envs, config.num_steps, config.dtc_seq_len
+    k, n, seq_len = config.dtc_ensemble_size, config.num_envs, config.dtc_seq_len
     tx = make_wm_optimizer(config)
     action_shape = () if spec.discrete else (spec.action_dim,)
     action_dtype = jnp.int32 if spec.discrete else jnp.float32
