@@ -13,6 +13,9 @@ from .state import select
 
 
 def compacted(fn, cap=32):
+    # custom_vmap traces ``fn`` for its own jaxpr and again in the batched rule: jitted, Python traces it once.
+    fn = jax.jit(fn)
+
     @custom_batching.custom_vmap
     def f(need, base, *args):
         return select(need, fn(need, *args), base)

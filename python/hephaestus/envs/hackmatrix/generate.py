@@ -138,6 +138,7 @@ def _attempt(s, a, e_lo, e_hi, n_e, bc):
     return sel_lo, sel_hi
 
 
+@jax.jit  # traced once, not once per caller (see _initialize_stage)
 def _gen_positions(need, s, e_lo, e_hi, n_e, bc, exit_cell):
     """First valid of up to 100 attempts (R32), ATTEMPT_BATCH at a time; (0, 0) if all fail
     or if not ``need``."""
@@ -203,6 +204,14 @@ def initialize_stage(state: EnvState, key, need=True) -> EnvState:
 
 
 def initialize_stage_seeded(state: EnvState, s, need=True) -> EnvState:
+    return _initialize_stage(state, jnp.asarray(s, _U), jnp.asarray(need, bool))
+
+
+# Jitted so that Python traces generation once: it is called from the auto-reset and from the stage advance, and
+# each `compacted` call traces its function twice (custom_vmap's own jaxpr and its batched rule), four traces of
+# ~0.8 s each otherwise. Inside another jit, the inner one is only a call in the same program.
+@jax.jit
+def _initialize_stage(state: EnvState, s, need) -> EnvState:
     state = state.replace(
         turn=i32(0), next_sched_turn=state.sched_interval, show_activated=jnp.bool_(False),
         sched_disabled=jnp.bool_(False), step_active=jnp.bool_(False), atk_plus_uses=i32(0))
