@@ -117,10 +117,9 @@ def _substep(state, key, s, attacked, blocks, dist2):
     return state.replace(ent_pos=pos, hp=hp), attacked
 
 
-def enemy_phase(state, key):
-    """R52 E0-E6. Returns (state, n_dropped_transmissions, ran): ``ran`` is False when STEP skipped
-    the phase (R53); the caller pushes the E7 snapshot when it is True."""
-    sd = rng.seed(key)
+def enemy_phase(state, sd):
+    """R52 E0-E6, random draws from the uint32 seed ``sd`` (rng.py). Returns (state, n_dropped_transmissions,
+    ran): ``ran`` is False when STEP skipped the phase (R53); the caller pushes the E7 snapshot when it is True."""
     k0, k1, k_sched = (rng.hash32(sd ^ rng.U(c)) for c in (0x1111, 0x2222, 0x3333))
     skip = state.step_active
 

@@ -10,11 +10,9 @@ from .constants import (
 from . import rng
 from .history import empty_history
 from .state import EnvState
-from jax import custom_batching
 
 i32 = jnp.int32
 _U = jnp.uint32
-COMPACT = 32   # lanes per packed generation batch
 
 
 def occupancy(state):
@@ -138,10 +136,10 @@ def _attempt(s, a, e_lo, e_hi, n_e, bc):
     return sel_lo, sel_hi
 
 
-@jax.jit  # traced once, not once per caller (see _initialize_stage)
-def _gen_positions(need, s, e_lo, e_hi, n_e, bc, exit_cell):
+def gen_positions(need, s, e_lo, e_hi, n_e, bc, exit_cell):
     """First valid of up to 100 attempts (R32), ATTEMPT_BATCH at a time; (0, 0) if all fail
-    or if not ``need``."""
+    or if not ``need``. Under vmap the search stops once every lane has found a layout; lanes
+    without ``need`` (the padding of a compacted batch, compact.py) do not search."""
     K = ATTEMPT_BATCH
     n_batches = -(-BLOCK_ATTEMPTS // K)
 
@@ -160,41 +158,6 @@ def _gen_positions(need, s, e_lo, e_hi, n_e, bc, exit_cell):
 
     _, found, lo, hi = jax.lax.while_loop(cond, body, (jnp.int32(0), jnp.bool_(False), _U(0), _U(0)))
     return jnp.where(found, lo, _U(0)), jnp.where(found, hi, _U(0))
-
-
-@custom_batching.custom_vmap
-def gen_positions(need, s, e_lo, e_hi, n_e, bc, exit_cell):
-    return _gen_positions(need, s, e_lo, e_hi, n_e, bc, exit_cell)
-
-
-@gen_positions.def_vmap
-def _gen_positions_vmap(axis_size, in_batched, *args):
-    """Batched rule: only the lanes with ``need`` run the (rejection-sampling) search, packed
-    COMPACT lanes at a time, so stage generation costs ~nothing on steps where no environment
-    of the batch resets or changes stage."""
-    args = [a if b else jnp.broadcast_to(a, (axis_size,) + jnp.shape(a)) for a, b in zip(args, in_batched)]
-    need = args[0]
-    cap = min(COMPACT, axis_size)
-    n = jnp.sum(need, dtype=i32)
-    idx = jnp.nonzero(need, size=axis_size, fill_value=0)[0].astype(i32)
-    idx = jnp.concatenate([idx, jnp.zeros(cap, i32)])
-
-    def cond(c):
-        return c[0] < n
-
-    def body(c):
-        i, lo, hi = c
-        sl = jax.lax.dynamic_slice(idx, (i,), (cap,))
-        ok = (i + jnp.arange(cap)) < n
-        sub = [a[sl] for a in args]
-        sub[0] = sub[0] & ok
-        slo, shi = jax.vmap(_gen_positions)(*sub)
-        tgt = jnp.where(ok, sl, axis_size)
-        return i + cap, lo.at[tgt].set(slo, mode="drop"), hi.at[tgt].set(shi, mode="drop")
-
-    z = jnp.zeros(axis_size, _U)
-    _, lo, hi = jax.lax.while_loop(cond, body, (jnp.int32(0), z, z))
-    return (lo, hi), (True, True)
 
 
 def initialize_stage(state: EnvState, key, need=True) -> EnvState:

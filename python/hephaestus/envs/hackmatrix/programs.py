@@ -1,11 +1,14 @@
-"""The 23 programs (actions 5-27): effects R71-R93, in the order of the rules' §9 table.
+"""The 23 programs (actions 5-27): effects R71-R93, one function per program.
 
-Each effect is a pure function ``effect(state, seed) -> (state, kills, reached_exit)`` applied after the
-cost is paid; ``seed`` (uint32, rng.seed) feeds the randomised ones (WARP, POLY) through their own
-counters.  ``run_program`` computes every effect and keeps the chosen one, field by field (``state.select``
-passes through the fields an effect did not rebuild). ``run_program_where`` is what ``step`` calls:
-under ``vmap`` it runs programs only for the lanes that chose one (compact.py), since most steps are
-moves.
+Most effects are ``effect(state, seed) -> (state, kills, reached_exit)``, applied after the cost is paid;
+``seed`` (uint32, rng.py) feeds the randomised ones (WARP, POLY) through their own counters. The six that
+damage enemies (DEBUG, ROW, COL, D_BOM, ANTI-V, HACK) only say whom and by how much (a damage plan), and
+PUSH and PULL are one function with the direction as an argument: ``run_program`` carries out the chosen
+plan with one damage pass and one displacement, then keeps the chosen effect field by field
+(``state.select`` passes through the fields an effect did not rebuild). Under vmap every effect is computed
+for every lane, so the shared passes mean less to compute and to compile. ``run_program_where`` is
+what ``step`` calls: under ``vmap`` it runs programs only for the lanes that chose one (compact.py), since
+most steps are moves.
 Applicability (the mask bits) is in observe.program_rule_mask; the mask guarantees it here.
 """
 import jax.numpy as jnp
@@ -13,8 +16,8 @@ import jax.numpy as jnp
 from . import history, rng
 from .compact import compacted
 from .constants import (
-    BIG, BLOCK, DAEMON, EMPTY, ENEMY_MAX_HP, NUM_PROGRAMS, PROGRAM_CREDITS,
-    PROGRAM_ENERGY, VIRUS,
+    BIG, BLOCK, DAEMON, EMPTY, ENEMY_MAX_HP, MAX_ENTITIES, NUM_PROGRAMS, PROGRAM_CREDITS,
+    PROGRAM_ENERGY, PROGRAM_NAMES, VIRUS,
 )
 from .observe import first_at_cell
 from .state import select
@@ -52,10 +55,10 @@ def _around(cell_a, cell_b):
 
 
 def _displace(state, toward):
-    """R71 PUSH (toward=False) / R72 PULL (toward=True)."""
+    """R71 PUSH (toward False) / R72 PULL (toward True); ``toward`` may be traced, so both share one pass."""
     pr, pc = _rowcol(state.player_pos)
     er, ec = _rowcol(state.ent_pos)
-    sign = -1 if toward else 1
+    sign = jnp.where(toward, -1, 1)
     dr, dc = sign * jnp.sign(er - pr), sign * jnp.sign(ec - pc)
     # candidates in order: diagonal, row step, column step
     cr = jnp.stack([er + dr, er + dr, er], axis=-1)
@@ -63,11 +66,8 @@ def _displace(state, toward):
     ok = jnp.stack([(dr != 0) & (dc != 0), dr != 0, dc != 0], axis=-1)
     ok = ok & (cr >= 0) & (cr < 6) & (cc >= 0) & (cc < 6)
     dist = jnp.abs(cr - pr[..., None]) + jnp.abs(cc - pc[..., None])
-    if toward:
-        ok = ok & (dist != 0)                                  # never onto the player
-        score = jnp.where(ok, dist, BIG)                       # smallest distance ...
-    else:
-        score = jnp.where(ok, -dist, BIG)                      # ... or largest
+    ok = ok & ~(toward & (dist == 0))                          # PULL never moves onto the player
+    score = jnp.where(ok, jnp.where(toward, dist, -dist), BIG)  # PULL: smallest distance, PUSH: largest
     best = jnp.argmin(score, axis=-1)                          # first in order on ties
     target = jnp.take_along_axis(cr * 6 + cc, best[:, None], axis=-1)[:, 0]
     has = _enemies(state) & jnp.any(ok, axis=-1)
@@ -77,14 +77,6 @@ def _displace(state, toward):
     first = jnp.full(37, BIG, i32).at[aim].min(state.ent_order)
     moves = has & (first[aim] == state.ent_order)
     return state.replace(ent_pos=jnp.where(moves, target, state.ent_pos).astype(i32)), NO_KILLS, NOT_REACHED
-
-
-def push(state, seed):
-    return _displace(state, toward=False)
-
-
-def pull(state, seed):
-    return _displace(state, toward=True)
 
 
 def crash(state, seed):
@@ -135,24 +127,6 @@ def wait(state, seed):
     return state, NO_KILLS, NOT_REACHED
 
 
-def debug(state, seed):
-    """R77: enemies standing on blocks take attackDamage."""
-    s, k = damage_enemies(state, state.content[state.ent_pos] == BLOCK, state.attack)
-    return s, k, NOT_REACHED
-
-
-def row(state, seed):
-    """R78: enemies in the player's row take attackDamage, whatever is in between."""
-    s, k = damage_enemies(state, state.ent_pos // 6 == state.player_pos // 6, state.attack)
-    return s, k, NOT_REACHED
-
-
-def col(state, seed):
-    """R78: enemies in the player's column take attackDamage."""
-    s, k = damage_enemies(state, state.ent_pos % 6 == state.player_pos % 6, state.attack)
-    return s, k, NOT_REACHED
-
-
 def undo(state, seed):
     """R93: restore the newest snapshot (the caller pops it from the stack)."""
     return history.restore(state, history.newest(state)), NO_KILLS, NOT_REACHED
@@ -188,30 +162,10 @@ def calm(state, seed):
     return state.replace(sched_disabled=jnp.bool_(True)), NO_KILLS, NOT_REACHED
 
 
-def d_bom(state, seed):
-    """R80: remove the nearest daemon (list order on ties); 1 damage to enemies on the 8 cells around it."""
-    pr, pc = _rowcol(state.player_pos)
-    er, ec = _rowcol(state.ent_pos)
-    daemon = _enemies(state) & (state.ent_type == DAEMON)
-    dist = jnp.where(daemon, jnp.abs(er - pr) + jnp.abs(ec - pc), BIG)
-    nearest = daemon & (dist == jnp.min(dist))
-    slot = jnp.argmin(jnp.where(nearest, state.ent_order, BIG))
-    target = jnp.arange(daemon.shape[0]) == slot
-    removed = state.replace(ent_active=state.ent_active & ~target)
-    s, k = damage_enemies(removed, _around(state.ent_pos, state.ent_pos[slot]), 1)
-    return s, k + (~state.ent_sched[slot]).astype(i32), NOT_REACHED
-
-
 def delay(state, seed):
     """R84: every transmission waits 3 more turns."""
     tr = state.ent_active & ~state.ent_enemy
     return state.replace(ent_turns=jnp.where(tr, state.ent_turns + 3, state.ent_turns)), NO_KILLS, NOT_REACHED
-
-
-def anti_v(state, seed):
-    """R81: every virus takes exactly 1 damage."""
-    s, k = damage_enemies(state, state.ent_type == VIRUS, 1)
-    return s, k, NOT_REACHED
 
 
 def score(state, seed):
@@ -231,15 +185,58 @@ def atk_plus(state, seed):
     return state.replace(attack=state.attack + 1, atk_plus_uses=state.atk_plus_uses + 1), NO_KILLS, NOT_REACHED
 
 
-def hack(state, seed):
+# The six programs that damage enemies (R21) differ only in which enemies, by how much and, for D_BOM, a daemon
+# removed first: each returns that plan, (hit: bool[slots], amount, removed: bool[slots]), and run_program
+# carries out the chosen one with a single damage_enemies, so the compiled step holds one damage pass, not six.
+NONE_REMOVED = jnp.zeros(MAX_ENTITIES, bool)
+
+
+def debug(state):
+    """R77: enemies standing on blocks take attackDamage."""
+    return state.content[state.ent_pos] == BLOCK, state.attack, NONE_REMOVED
+
+
+def row(state):
+    """R78: enemies in the player's row take attackDamage, whatever is in between."""
+    return state.ent_pos // 6 == state.player_pos // 6, state.attack, NONE_REMOVED
+
+
+def col(state):
+    """R78: enemies in the player's column take attackDamage."""
+    return state.ent_pos % 6 == state.player_pos % 6, state.attack, NONE_REMOVED
+
+
+def d_bom(state):
+    """R80: remove the nearest daemon (list order on ties); 1 damage to enemies on the 8 cells around it."""
+    pr, pc = _rowcol(state.player_pos)
+    er, ec = _rowcol(state.ent_pos)
+    daemon = _enemies(state) & (state.ent_type == DAEMON)
+    dist = jnp.where(daemon, jnp.abs(er - pr) + jnp.abs(ec - pc), BIG)
+    nearest = daemon & (dist == jnp.min(dist))
+    slot = jnp.argmin(jnp.where(nearest, state.ent_order, BIG))
+    return _around(state.ent_pos, state.ent_pos[slot]), i32(1), jnp.arange(MAX_ENTITIES) == slot
+
+
+def anti_v(state):
+    """R81: every virus takes exactly 1 damage."""
+    return state.ent_type == VIRUS, i32(1), NONE_REMOVED
+
+
+def hack(state):
     """R79: enemies on siphoned cells take attackDamage; blocks are not touched."""
-    s, k = damage_enemies(state, state.siphoned[state.ent_pos], state.attack)
-    return s, k, NOT_REACHED
+    return state.siphoned[state.ent_pos], state.attack, NONE_REMOVED
 
 
-EFFECTS = (push, pull, crash, warp, poly, wait, debug, row, col, undo, step_program, siph_plus, exch, show,
-           reset, calm, d_bom, delay, anti_v, score, reduc, atk_plus, hack)
-assert len(EFFECTS) == NUM_PROGRAMS
+# Program index (§9 order) -> its effect or damage plan. PUSH and PULL share _displace (the direction traced).
+_INDEX = {name: i for i, name in enumerate(PROGRAM_NAMES)}
+EFFECTS = {_INDEX[name]: effect for name, effect in (
+    ("CRASH", crash), ("WARP", warp), ("POLY", poly), ("WAIT", wait), ("UNDO", undo), ("STEP", step_program),
+    ("SIPH+", siph_plus), ("EXCH", exch), ("SHOW", show), ("RESET", reset), ("CALM", calm), ("DELAY", delay),
+    ("SCORE", score), ("REDUC", reduc), ("ATK+", atk_plus))}
+DAMAGE_PLANS = {_INDEX[name]: plan for name, plan in (
+    ("DEBUG", debug), ("ROW", row), ("COL", col), ("D_BOM", d_bom), ("ANTI-V", anti_v), ("HACK", hack))}
+PUSH, PULL = _INDEX["PUSH"], _INDEX["PULL"]
+assert sorted([PUSH, PULL, *EFFECTS, *DAMAGE_PLANS]) == list(range(NUM_PROGRAMS))
 
 
 def run_program(state, program, seed):
@@ -247,10 +244,15 @@ def run_program(state, program, seed):
     k = jnp.clip(program, 0, NUM_PROGRAMS - 1)
     paid = state.replace(credits=state.credits - jnp.asarray(PROGRAM_CREDITS)[k],
                          energy=state.energy - jnp.asarray(PROGRAM_ENERGY)[k])
-    out = None
-    for i, effect in enumerate(EFFECTS):
-        res = effect(paid, seed)
-        out = res if out is None else select(k == i, res, out)
+    hit, amount, removed = jnp.zeros(MAX_ENTITIES, bool), i32(0), NONE_REMOVED
+    for i, plan in DAMAGE_PLANS.items():
+        h, a, r = plan(paid)
+        hit, amount, removed = jnp.where(k == i, h, hit), jnp.where(k == i, a, amount), jnp.where(k == i, r, removed)
+    damaged, kills = damage_enemies(paid.replace(ent_active=paid.ent_active & ~removed), hit, amount)
+    out = damaged, kills + jnp.sum(removed & ~paid.ent_sched, dtype=i32), NOT_REACHED
+    out = select((k == PUSH) | (k == PULL), _displace(paid, k == PULL), out)
+    for i, effect in EFFECTS.items():
+        out = select(k == i, effect(paid, seed), out)
     return out
 
 

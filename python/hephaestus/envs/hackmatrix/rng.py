@@ -13,6 +13,11 @@ def seed(key):
     return jax.random.bits(key, (), jnp.uint32)
 
 
+def seeds(key, n):
+    """``n`` independent seeds from one threefry call (each call is its own loop in the compiled program)."""
+    return tuple(jax.random.bits(key, (n,), jnp.uint32))
+
+
 def hash32(x):
     x = x.astype(U)
     x = x ^ (x >> 16)

@@ -1,5 +1,4 @@
 """One environment step (R39-R50, R68-R69) and the reward (R103-R120)."""
-import jax
 import jax.numpy as jnp
 
 from . import pathfinding as pf
@@ -151,7 +150,7 @@ def advance_where(need, base, state, sd):
 # ----------------------------------------------------------------------------- step
 def step(state, action, key, params):
     """Returns (state, reward, terminated, info) for one agent action (R39)."""
-    k_stage, k_enemy, k_program = jax.random.split(key, 3)
+    sd_stage, sd_enemy, sd_program = rng.seeds(key, 3)
     action = jnp.asarray(action, i32)
     mask = action_mask(state)
     in_range = (action >= 0) & (action < NUM_ACTIONS)
@@ -164,7 +163,7 @@ def step(state, action, key, params):
     # player part: move/attack, siphon or program (every branch computed, one kept)
     mv, mv_kills, pickup, mv_reached = _move_or_attack(state, d)
     sp = _siphon(state)
-    pg, pg_kills, pg_reached = run_program_where(is_program & valid, state, action - 5, rng.seed(k_program))
+    pg, pg_kills, pg_reached = run_program_where(is_program & valid, state, action - 5, sd_program)
     st = select(is_program, pg, select(is_siphon, sp, mv))
     kills = jnp.where(is_program, pg_kills, jnp.where(is_siphon, 0, mv_kills))
     pickup = pickup & ~is_siphon & ~is_program
@@ -174,10 +173,10 @@ def step(state, action, key, params):
     ends_turn = ~is_program | (action == A_WAIT)
     won = st.replace(hp=jnp.minimum(3, st.hp + 1))
     victory = reached & (st.stage >= 8)
-    phased, dropped, phase_ran = enemy_phase(st, k_enemy)
+    phased, dropped, phase_ran = enemy_phase(st, sd_enemy)
     run_phase = ends_turn & ~reached
     base = select(reached, won, select(run_phase, phased, st))
-    st = advance_where(reached & ~victory & valid, base, won, rng.seed(k_stage))
+    st = advance_where(reached & ~victory & valid, base, won, sd_stage)
     forget = reached & ~params.undo_across_stages                               # D7 option
     st = st.replace(history_len=jnp.where(forget, 0, st.history_len).astype(i32))
     dropped = jnp.where(run_phase, dropped, 0)
