@@ -156,27 +156,50 @@ def test_observations_store_exactly_in_uint8():
     assert not np.array_equal(np.asarray(wrong.decode(wrong.encode(obs))), obs)
 
 
-def test_pipeline_adapter_resets_done_lanes_like_reset_env():
-    """The training pipeline's adapter uses HackMatrix.auto_reset (a level only for lanes that are done): a lane
-    at the step limit comes back exactly as reset_env makes a game, the other exactly as step_env left it."""
+def test_R68_D6_step_with_auto_reset_equals_step_env_then_reset_env_lane_by_lane():
+    """The training pipeline's adapter and HackMatrix.step generate the next stage's level and the new games in
+    one compacted call (env.step_and_reset). Lane by lane it must equal step_env with the step key, then
+    reset_env with the reset key where the episode ended: for a lane that only steps, only completes a stage,
+    only ends (step limit D6, invalid action R121), and completes a stage on its last allowed step (R68 + D6:
+    the observation it ended on is the new stage's, then a new game). Eight lanes make two groups of work
+    items (the cap is the batch size), so a lane's two items also fall into different groups."""
     from hephaestus.envs.registry import make_env
 
     adapted = make_env("hackmatrix")
-    ending, going = make_state(player=(0, 0), time=999), make_state(player=(0, 0), time=5)  # D6 limit 1000
-    states = jax.tree.map(lambda a, b: jnp.stack([a, b]), ending, going)
-    keys = jax.random.split(jax.random.PRNGKey(3), 2)
-    action = jnp.array([0, 0], jnp.int32)  # R37: a move to (1, 0) is open on an empty board
-    new, step = jax.jit(jax.vmap(adapted.step))(keys, states, action)
-    assert step.truncated.tolist() == [True, False] and not step.terminated.any()
-    # The adapter splits each lane's key into (step, reset) keys.
-    fresh_obs, fresh = jax.jit(ENV.reset_env)(jax.random.split(keys[0])[1], PARAMS)
-    moved_obs, moved, *_ = jax.jit(ENV.step_env)(jax.random.split(keys[1])[0], going, jnp.int32(0), PARAMS)
-    for lane, (want_state, want_obs) in enumerate([(fresh, fresh_obs), (moved, moved_obs)]):
-        got = jax.tree.map(lambda x: x[lane], new)
-        for name in got.__dataclass_fields__:
-            np.testing.assert_array_equal(getattr(got, name), getattr(want_state, name), err_msg=name)
+    at_exit = dict(player=(4, 5), exit=(5, 5))
+    lanes = [(make_state(player=(0, 0), time=999), 0),      # 0: step limit -> new game
+             (make_state(player=(0, 0), time=5), 0),        # 1: a move
+             (make_state(**at_exit, time=5), 0),            # 2: onto the exit -> stage 2
+             (make_state(**at_exit, time=999), 0),          # 3: stage 2 and the step limit
+             (make_state(player=(0, 0), time=5), 5)]        # 4: PUSH, not owned: invalid, terminated
+    lanes += [lanes[3]] * 3                                 # 5-7: as 3
+    states = jax.tree.map(lambda *x: jnp.stack(x), *[s for s, _ in lanes])
+    actions = jnp.asarray([a for _, a in lanes], jnp.int32)
+    keys = jax.random.split(jax.random.PRNGKey(3), len(lanes))
+    new, step = jax.jit(jax.vmap(adapted.step))(keys, states, actions)
+    g_obs, g_state, g_reward, g_term, g_trunc, g_info = jax.jit(jax.vmap(ENV.step, in_axes=(0, 0, 0, None)))(
+        keys, states, actions, PARAMS)
+    assert step.terminated.tolist() == [False, False, False, False, True, False, False, False]
+    assert step.truncated.tolist() == [True, False, False, True, False, True, True, True]
+    step_env, reset_env = jax.jit(ENV.step_env), jax.jit(ENV.reset_env)
+    for lane, (s, a) in enumerate(lanes):
+        key_step, key_reset = jax.random.split(keys[lane])
+        landed_obs, landed, reward, terminated, _ = step_env(key_step, s, jnp.int32(a), PARAMS)
+        done = bool(step.terminated[lane] | step.truncated[lane])
+        want_obs, want = reset_env(key_reset, PARAMS) if done else (landed_obs, landed)
+        for got in (jax.tree.map(lambda x: x[lane], new), jax.tree.map(lambda x: x[lane], g_state)):
+            for name in got.__dataclass_fields__:
+                np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=f"{lane} {name}")
         np.testing.assert_array_equal(step.obs[lane], want_obs["obs"])
-    assert int(new.time[0]) == 0 and int(new.time[1]) == 6
+        np.testing.assert_array_equal(step.action_mask[lane], want_obs["action_mask"])
+        np.testing.assert_array_equal(g_obs["obs"][lane], want_obs["obs"])
+        np.testing.assert_array_equal(step.final_obs[lane], landed_obs["obs"])
+        np.testing.assert_array_equal(g_info["final_observation"]["obs"][lane], landed_obs["obs"])
+        assert float(step.reward[lane]) == float(g_reward[lane]) == float(reward)
+        assert bool(g_term[lane]) == bool(terminated)
+        assert int(g_info["stage"][lane]) == int(landed.stage)
+    assert [int(x) for x in g_info["stage"]] == [1, 1, 2, 2, 1, 2, 2, 2]
+    assert int(new.stage[2]) == 2 and int(new.time[2]) == 6 and int(new.time[0]) == 0
 
 
 def test_R25_R35_reset_and_generation_properties():

@@ -919,7 +919,7 @@ def test_random_program_rollout_uses_every_program_and_keeps_invariants():
 
 def test_R94_batched_stage_advance_keeps_history_and_matches_the_single_env_step():
     """Under vmap, level generation runs only for the lanes that complete a stage, packed without their UNDO
-    history (step.advance_where). Each lane of a batch must equal the unbatched step, leaf by leaf, and the
+    history (step.generate_stage_where). Each lane of a batch must equal the unbatched step, leaf by leaf, and the
     lane that advances keeps its 16-slot history exactly (R94)."""
     s0 = make_state(player=(3, 5), exit=(5, 5), hp=2, credits=3, owned=["UNDO"])
     _, s1, _, _, _ = step(s0, UP)                    # an enemy phase: one snapshot on the stack

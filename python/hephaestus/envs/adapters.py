@@ -11,9 +11,10 @@ here; a leaf named `action_mask` is taken out and becomes `EnvStep.action_mask`.
 
 gymnax 1.x (`step_env` + `is_truncated` + `reset_env`), jumanji (`TimeStep`) and craftax (gymnax-style with a
 five-tuple `step`) all pass through here and nowhere else. The pipeline vmaps these functions over envs.
-A gymnax-style env may offer `auto_reset(key, done, state, obs, params) -> (state, obs)`, equal to resetting
-where `done` and keeping the rest; the adapter then uses it instead of a reset for every lane plus a select
-(HackMatrix's generates levels only for the lanes that are done).
+A gymnax-style env may offer `step_and_reset(key, state, action, params)`, with the contract and outputs of
+gymnax's `Environment.step` (auto-reset included, `info["final_observation"]`) but cheaper under vmap than a
+reset for every lane plus a select; the adapter then uses it (HackMatrix's generates levels only for the lanes
+that need one).
 """
 
 from __future__ import annotations
@@ -173,9 +174,13 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
         return state, _finish(spec, obs_tree, 0.0, zero, zero, obs_tree, {})
 
     def step(key, state, action):
-        key_step, key_reset = jax.random.split(key)
         if not discrete and not getattr(space, "shape", ()):
             action = action.reshape(())
+        if getattr(env, "step_and_reset", None):
+            new_obs, new_state, reward, terminated, truncated, info = env.step_and_reset(key, state, action, params)
+            return new_state, _finish(spec, new_obs, reward, terminated, truncated, info["final_observation"],
+                                      _info_extras(info))
+        key_step, key_reset = jax.random.split(key)
         out = env.step_env(key_step, state, action, params)
         obs_tree, next_state, reward, done, info = out
         if five_tuple:  # craftax: `done` already merges termination and the time limit
@@ -185,12 +190,9 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
             terminated = done
             truncated = env.is_truncated(next_state, params)
         finished = jnp.logical_or(terminated, truncated)
-        if getattr(env, "auto_reset", None):  # the env's own, cheaper under vmap (HackMatrix: only done lanes generate)
-            new_state, new_obs = env.auto_reset(key_reset, finished, next_state, obs_tree, params)
-        else:
-            reset_obs, reset_state = env.reset_env(key_reset, params)
-            new_state = _select(finished, reset_state, next_state)
-            new_obs = _select(finished, reset_obs, obs_tree)
+        reset_obs, reset_state = env.reset_env(key_reset, params)
+        new_state = _select(finished, reset_state, next_state)
+        new_obs = _select(finished, reset_obs, obs_tree)
         return new_state, _finish(spec, new_obs, reward, terminated, truncated, obs_tree, _info_extras(info))
 
     return AdaptedEnv(spec=spec, reset=reset, step=step, raw_env=env, raw_params=params)

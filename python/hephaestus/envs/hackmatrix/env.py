@@ -7,10 +7,11 @@ from gymnax.environments import environment, spaces
 
 from .constants import NUM_ACTIONS, OBS_SIZE
 from . import rng
-from .compact import compacted
-from .generate import new_game, new_game_seeded
+from .compact import compacted_pair
+from .generate import initialize_stage_seeded, new_game, new_game_stage_seed, new_game_start
 from .observe import OBS_QUANTA, action_mask, observation
-from .state import EnvParams, EnvState
+from .state import EnvParams, EnvState, select
+from .step import play
 from .step import step as _step
 
 
@@ -18,12 +19,18 @@ def get_obs(state: EnvState):
     return {"obs": observation(state), "action_mask": action_mask(state)}
 
 
-def _fresh(need, sd):
-    state = new_game_seeded(sd, need)
-    return get_obs(state), state
+def _level(need, is_new_game, obs_state, sd_stage, sd_reset):
+    """(obs, state) of the level a lane needs: a new game (``reset_env``'s, for seed ``sd_reset``) where
+    ``is_new_game``, else the next stage of the lane's state (step.play). One function for both, so level
+    generation is compiled once per step, not once for the stage advance and once for the auto-reset."""
+    start = select(is_new_game, new_game_start(sd_reset), obs_state[1])
+    seed = jnp.where(is_new_game, new_game_stage_seed(sd_reset), sd_stage)
+    out = initialize_stage_seeded(start, seed, need)
+    return get_obs(out), out
 
 
-_fresh_compact = compacted(_fresh)
+# (new stage where next_stage, new game where done) -> (next obs and state, the obs the step landed on)
+_levels_compact = compacted_pair(_level, keep=lambda obs_state: obs_state[0])
 
 
 class HackMatrix(environment.Environment):
@@ -47,26 +54,27 @@ class HackMatrix(environment.Environment):
 
     @partial(jax.jit, static_argnames=("self",))
     def step(self, key, state, action, params=None):
-        """Same contract and outputs as gymnax ``Environment.step`` (auto-reset on
-        terminated | truncated, info gets terminated/truncated/final_observation); the only
-        difference is that the fresh game and its observation are built only for the lanes that
-        are done (compact.py), instead of for every lane on every step."""
-        if params is None:
-            params = self.default_params
-        key_step, key_reset = jax.random.split(key)
-        obs_st, state_st, reward, terminated, info = self.step_env(key_step, state, action, params)
-        truncated = self.is_truncated(state_st, params)
-        done = jnp.logical_or(terminated, truncated)
-        state, obs = self.auto_reset(key_reset, done, state_st, obs_st, params)
-        info = {**info, "terminated": terminated, "truncated": truncated, "final_observation": obs_st}
-        return obs, state, reward, terminated, truncated, info
+        """Same contract and outputs as gymnax ``Environment.step`` (auto-reset on terminated | truncated, info
+        gets terminated/truncated/final_observation, the key split into step and reset keys as gymnax does).
+        What differs is the cost under vmap: levels are generated only for the lanes that need one, a stage's
+        or a new game's, by one compacted call (compact.py), instead of a fresh game for every lane on every
+        step."""
+        return self.step_and_reset(key, state, action, self.default_params if params is None else params)
 
-    def auto_reset(self, key, done, state, obs, params=None):
-        """(state, obs), with a fresh game (what `reset_env(key)` gives) where `done`. The training pipeline's
-        adapter calls this instead of resetting every lane and selecting: under vmap only the lanes that are
-        done generate a level (compact.py), about 1% of them per step."""
-        obs, state = _fresh_compact(done, (obs, state), rng.seed(key))
-        return state, obs
+    def step_and_reset(self, key, state, action, params):
+        """``step``'s work: ``step_env`` then the auto-reset, with the stage advance's level generation and
+        the new games' in one compacted call. The training pipeline's adapter calls this."""
+        key_step, key_reset = jax.random.split(key)
+        st, next_stage, sd_stage, reward, terminated, info = play(state, action, key_step, params)
+        truncated = self.is_truncated(st, params)
+        done = jnp.logical_or(terminated, truncated)
+        # get_obs(st) is the observation of every lane that generates nothing; the others get theirs with
+        # their level.
+        (obs, state), final_obs = _levels_compact(next_stage, done, (get_obs(st), st), sd_stage,
+                                                  rng.seed(key_reset))
+        info = {**info, "action_mask": final_obs["action_mask"], "stage": st.stage, "terminated": terminated,
+                "truncated": truncated, "final_observation": final_obs}
+        return obs, state, reward, terminated, truncated, info
 
     def step_env(self, key, state: EnvState, action, params: EnvParams):
         state, reward, terminated, info = _step(state, action, key, params)

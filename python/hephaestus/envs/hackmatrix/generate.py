@@ -257,13 +257,23 @@ def new_game(key, need=True) -> EnvState:
 
 
 def new_game_seeded(sd, need=True) -> EnvState:
+    return initialize_stage_seeded(new_game_start(sd), new_game_stage_seed(sd), need)
+
+
+def new_game_start(sd) -> EnvState:
+    """A new game before its first stage is generated (R25-R27): the player in a random corner with a random
+    starting bonus. ``initialize_stage_seeded(new_game_start(sd), new_game_stage_seed(sd))`` is the game."""
     s = blank_state()
     corner = jnp.asarray(CORNERS)[rng.randint(sd, 0, 4)]
     bonus = rng.randint(sd, 1, 3)
-    s = s.replace(
+    return s.replace(
         player_pos=corner.astype(i32),
         credits=jnp.where(bonus == 0, 10, 0).astype(i32),
         energy=jnp.where(bonus == 1, 11, 0).astype(i32),
         siphons=jnp.where(bonus == 2, 1, 0).astype(i32),
     )
-    return initialize_stage_seeded(s, rng.hash32(sd ^ _U(0xA5A5A5A5)), need)
+
+
+def new_game_stage_seed(sd):
+    """The seed that generates stage 1 of the new game of seed ``sd``."""
+    return rng.hash32(sd ^ _U(0xA5A5A5A5))

@@ -129,27 +129,30 @@ def _siphon(state):
 
 
 # ----------------------------------------------------------------------------- stage
-def _advance(need, state, sd):
-    adv = state.replace(stage=state.stage + 1, sched_interval=13 - (state.stage + 1))
-    return initialize_stage_seeded(adv, sd, need)
+_generate_compact = compacted(lambda need, state, sd: initialize_stage_seeded(state, sd, need))
 
 
-_advance_compact = compacted(_advance)
-
-
-def advance_where(need, base, state, sd):
-    """The next stage (R28) from ``state`` where ``need``, else ``base``. Level generation never reads or
-    writes the UNDO history (R94 keeps it across stages), so the lanes are packed without it (120 words
-    each instead of 1,920) and ``base``'s history, which is ``state``'s, is put back: the step's later
-    selects then see one unchanged leaf and skip the 16-snapshot copy."""
-    slim = lambda s: s.replace(history=s.history[:1])
-    out = _advance_compact(need, slim(base), slim(state), sd)
-    return out.replace(history=base.history)
+def generate_stage_where(need, state, sd):
+    """``state`` with the next stage's level generated (R28) where ``need`` (the state already carries the new
+    stage number, see ``play``). Level generation never reads or writes the UNDO history (R94 keeps it across
+    stages), so the lanes are packed without it (120 words each instead of 1,920) and it is put back."""
+    slim = state.replace(history=state.history[:1])
+    return _generate_compact(need, slim, slim, sd).replace(history=state.history)
 
 
 # ----------------------------------------------------------------------------- step
 def step(state, action, key, params):
     """Returns (state, reward, terminated, info) for one agent action (R39)."""
+    state, next_stage, sd_stage, reward, terminated, info = play(state, action, key, params)
+    return generate_stage_where(next_stage, state, sd_stage), reward, terminated, info
+
+
+def play(state, action, key, params):
+    """Everything of ``step`` except generating the level of a stage the action completed. Returns (state,
+    next_stage, stage_seed, reward, terminated, info): where ``next_stage``, ``state`` is the completed stage
+    moved to the next stage number (R68), whose level the caller generates with ``stage_seed``
+    (``generate_stage_where``, or together with the auto-reset's new games, env.py). Generation touches none
+    of what the step does after it (rewards, UNDO push/pop, time), so generating last gives the same state."""
     sd_stage, sd_enemy, sd_program = rng.seeds(key, 3)
     action = jnp.asarray(action, i32)
     mask = action_mask(state)
@@ -173,10 +176,11 @@ def step(state, action, key, params):
     ends_turn = ~is_program | (action == A_WAIT)
     won = st.replace(hp=jnp.minimum(3, st.hp + 1))
     victory = reached & (st.stage >= 8)
+    next_stage = reached & ~victory & valid
+    won = select(next_stage, won.replace(stage=won.stage + 1, sched_interval=13 - (won.stage + 1)), won)
     phased, dropped, phase_ran = enemy_phase(st, sd_enemy)
     run_phase = ends_turn & ~reached
-    base = select(reached, won, select(run_phase, phased, st))
-    st = advance_where(reached & ~victory & valid, base, won, sd_stage)
+    st = select(reached, won, select(run_phase, phased, st))
     forget = reached & ~params.undo_across_stages                               # D7 option
     st = st.replace(history_len=jnp.where(forget, 0, st.history_len).astype(i32))
     dropped = jnp.where(run_phase, dropped, 0)
@@ -223,4 +227,4 @@ def step(state, action, key, params):
         "dropped_transmissions": jnp.where(valid, dropped, 0).astype(i32),
         "reward_terms": terms,
     }
-    return st, reward, terminated, info
+    return st, next_stage, sd_stage, reward, terminated, info
