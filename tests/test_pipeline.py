@@ -249,3 +249,29 @@ def test_auto_scale_opt_out():
 def test_indivisible_minibatches_are_rejected_before_compiling():
     with pytest.raises(ConfigError, match="does not divide"):
         resolve(TrainConfig(num_envs=3, num_steps=5, num_minibatches=4, user_set_minibatches=True))
+
+
+def test_env_dependent_defaults_fill_only_what_is_not_given():
+    """ent_coef/hidden_dim left unset take the env family's default (config.ENV_DEFAULTS), everywhere a config is
+    made: in code, on the command line, and on a resume, where the checkpoint's own values win."""
+    from types import SimpleNamespace
+
+    from hephaestus.checkpoint import args_for_resume
+    from hephaestus.cli import build_parser, config_from_args
+    from hephaestus.config import ENV_DEFAULTS, FALLBACK_DEFAULTS
+
+    hackmatrix = ENV_DEFAULTS["hackmatrix"]["ent_coef"]
+    assert hackmatrix != FALLBACK_DEFAULTS["ent_coef"]
+    assert TrainConfig(env="hackmatrix").ent_coef == hackmatrix
+    assert TrainConfig(env="gymnax:CartPole-v1").ent_coef == FALLBACK_DEFAULTS["ent_coef"]
+    assert TrainConfig(env="hackmatrix", ent_coef=0.5).ent_coef == 0.5
+    assert TrainConfig(env="jumanji:Snake-v1").hidden_dim == FALLBACK_DEFAULTS["hidden_dim"]
+    hash(TrainConfig())
+    parse = lambda *argv: config_from_args(build_parser().parse_args(list(argv)))
+    assert parse().ent_coef == hackmatrix                                       # --env hackmatrix is the default
+    assert parse("--env", "gymnax:CartPole-v1").ent_coef == FALLBACK_DEFAULTS["ent_coef"]
+    assert parse("--ent-coef", "0.2").ent_coef == 0.2
+    # A run saved before the HackMatrix default changed continues with the bonus it was trained with.
+    saved = SimpleNamespace(config=parse("--ent-coef", "0.01").to_dict(), run_dir="/tmp/checkpoints/old_run")
+    assert config_from_args(args_for_resume(build_parser, [], saved)).ent_coef == 0.01
+    assert config_from_args(args_for_resume(build_parser, ["--ent-coef", "0.05"], saved)).ent_coef == 0.05

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hephaestus.config import DTC_STAGES, ENCODERS, OBS_DTYPES, TrainConfig
+from hephaestus.config import DTC_STAGES, ENCODERS, ENV_DEFAULTS, FALLBACK_DEFAULTS, OBS_DTYPES, TrainConfig
 
 DEFAULTS = TrainConfig()
 
@@ -52,6 +52,12 @@ def dtc_fields(args: argparse.Namespace) -> dict:
             if name.startswith("dtc_") and hasattr(DEFAULTS, name)}
 
 
+def env_default_text(field: str) -> str:
+    """"0.03 for hackmatrix, else 0.01": a default that depends on --env (config.ENV_DEFAULTS)."""
+    special = [f"{values[field]} for {family}" for family, values in ENV_DEFAULTS.items() if field in values]
+    return ", ".join(special + [f"else {FALLBACK_DEFAULTS[field]}"]) if special else str(FALLBACK_DEFAULTS[field])
+
+
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     d = DEFAULTS
     g = p.add_argument_group("environment")
@@ -77,12 +83,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"passes over each batch (default {d.update_epochs}; auto-scaled, see above)")
     g.add_argument("--clip-eps", type=float, default=d.clip_eps, help="PPO ratio clip (default: %(default)s)")
     g.add_argument("--vf-coef", type=float, default=d.vf_coef, help="value loss weight (default: %(default)s)")
-    g.add_argument("--ent-coef", type=float, default=d.ent_coef, help="entropy bonus weight (default: %(default)s)")
+    g.add_argument("--ent-coef", type=float, default=None, help=f"entropy bonus weight (default: {env_default_text('ent_coef')})")
     g.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm,
                    help="global gradient-norm clip (default: %(default)s)")
 
     g = p.add_argument_group("network")
-    g.add_argument("--hidden-dim", type=int, default=d.hidden_dim, help="MLP width (default: %(default)s)")
+    g.add_argument("--hidden-dim", type=int, default=None, help=f"MLP width (default: {env_default_text('hidden_dim')})")
     g.add_argument("--num-layers", type=int, default=d.num_layers, help="MLP hidden layers (default: %(default)s)")
     g.add_argument("--activation", choices=("tanh", "relu"), default=d.activation,
                    help="hidden activation (default: %(default)s)")
