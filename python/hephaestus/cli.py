@@ -83,12 +83,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"passes over each batch (default {d.update_epochs}; auto-scaled, see above)")
     g.add_argument("--clip-eps", type=float, default=d.clip_eps, help="PPO ratio clip (default: %(default)s)")
     g.add_argument("--vf-coef", type=float, default=d.vf_coef, help="value loss weight (default: %(default)s)")
-    g.add_argument("--ent-coef", type=float, default=None, help=f"entropy bonus weight (default: {env_default_text('ent_coef')})")
+    g.add_argument("--ent-coef", type=float, default=None,
+                   help=f"entropy bonus weight (default: {env_default_text('ent_coef')})")
     g.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm,
                    help="global gradient-norm clip (default: %(default)s)")
 
     g = p.add_argument_group("network")
-    g.add_argument("--hidden-dim", type=int, default=None, help=f"MLP width (default: {env_default_text('hidden_dim')})")
+    g.add_argument("--hidden-dim", type=int, default=None,
+                   help=f"MLP width (default: {env_default_text('hidden_dim')})")
     g.add_argument("--num-layers", type=int, default=d.num_layers, help="MLP hidden layers (default: %(default)s)")
     g.add_argument("--activation", choices=("tanh", "relu"), default=d.activation,
                    help="hidden activation (default: %(default)s)")

@@ -176,8 +176,8 @@ def play(state, action, key, params):
     ends_turn = ~is_program | (action == A_WAIT)
     won = st.replace(hp=jnp.minimum(3, st.hp + 1))
     victory = reached & (st.stage >= 8)
-    next_stage = reached & ~victory & valid
-    won = select(next_stage, won.replace(stage=won.stage + 1, sched_interval=13 - (won.stage + 1)), won)
+    next_stage = reached & ~victory & valid                                     # R68: the caller generates it
+    won = select(next_stage, won.replace(stage=won.stage + 1, sched_interval=13 - (won.stage + 1)), won)  # R28
     phased, dropped, phase_ran = enemy_phase(st, sd_enemy)
     run_phase = ends_turn & ~reached
     st = select(reached, won, select(run_phase, phased, st))
