@@ -361,16 +361,17 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             raise ValueError(f"a chunk runs 1..{config.log_interval} updates, not {n}")
         return compiled_chunk(runner, jnp.int32(n))
 
-    def init_runner_state(seed: int) -> RunnerState:
-        key = jax.random.PRNGKey(seed)
+    @jax.jit  # one program for the network, the optimizer, the env reset and the stages, not one per op
+    def fresh_runner_state(key: jax.Array) -> RunnerState:
         key, key_net, *stage_keys = jax.random.split(key, len(pipeline) + 2)
-        params = jax.jit(network.init)(key_net, jnp.zeros((1, spec.obs_dim), jnp.float32))  # one compile, not op by op
+        params = network.init(key_net, jnp.zeros((1, spec.obs_dim), jnp.float32))
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
         stages = {s.name: s.init(k) for s, k in zip(pipeline, stage_keys)}
         hyper = {"lr": jnp.float32(config.lr), "num_updates": jnp.float32(config.num_updates)}
-        runner = RunnerState(train_state=train_state, stages=stages, key=key,
-                             update_step=jnp.int32(0), hyper=hyper)
-        return shard.place(strongly_typed(runner))
+        return RunnerState(train_state=train_state, stages=stages, key=key, update_step=jnp.int32(0), hyper=hyper)
+
+    def init_runner_state(seed: int) -> RunnerState:
+        return shard.place(strongly_typed(fresh_runner_state(jax.random.PRNGKey(seed))))
 
     return Trainer(config=config, env=env, network=network, pipeline=pipeline,
                    runner_state=init_runner_state(config.seed), train_chunk=train_chunk,
