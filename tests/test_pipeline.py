@@ -177,13 +177,21 @@ def test_runner_state_is_strongly_typed_so_a_restore_does_not_recompile(walk):
     assert not any(getattr(x, "weak_type", False) for x in jax.tree_util.tree_leaves(runner))
 
 
-def test_learning_rate_is_not_baked_into_the_compiled_program():
-    a, b = walk_trainer(lr=1e-3), walk_trainer(lr=3e-4)
+def test_learning_rate_is_not_baked_into_the_compiled_programs():
+    a, b = walk_trainer(lr=1e-3), walk_trainer(lr=3e-4, total_timesteps=2 * SMALL["total_timesteps"])
     ra, rb = a.init_runner_state(0), b.init_runner_state(0)
     text_a = a.compiled_chunk.lower(ra, np.int32(2)).as_text()
     text_b = b.compiled_chunk.lower(rb, np.int32(2)).as_text()
     assert text_a == text_b
     assert float(ra.hyper["lr"]) != float(rb.hyper["lr"])
+    # The initial state's program (network, optimizer, env reset) is shared too, so the compilation cache serves
+    # it to a run with other hyperparameters; the optimizer starts at the run's own learning rate.
+    key = jax.random.PRNGKey(0)
+    assert (a.fresh_runner_state.lower(key, ra.hyper).as_text()
+            == b.fresh_runner_state.lower(key, rb.hyper).as_text())
+    for trainer, runner in ((a, ra), (b, rb)):
+        assert float(runner.train_state.opt_state.hyperparams["learning_rate"]) == np.float32(trainer.config.lr)
+        assert float(runner.hyper["num_updates"]) == trainer.config.num_updates
 
 
 def bandit_trainer(valid):

@@ -60,6 +60,12 @@ def strongly_typed(tree):
     return jax.tree.map(lambda x: jnp.asarray(np.array(x)), tree)
 
 
+def with_learning_rate(train_state: TrainState, lr: jax.Array) -> TrainState:
+    """`train_state` whose optimizer (optax.inject_hyperparams) steps with `lr`."""
+    opt_state = train_state.opt_state
+    return train_state.replace(opt_state=opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": lr}))
+
+
 def make_optimizer(config: TrainConfig):
     # inject_hyperparams keeps the learning rate in the optimizer *state*, so runs that differ only in
     # --lr share one compiled program (and the persistent compilation cache).
@@ -80,6 +86,7 @@ class Trainer:
     train_chunk: Callable  # (runner_state, num_updates=log_interval) -> (runner_state, metrics[log_interval])
     compiled_chunk: Callable  # the jitted (runner_state, num_updates) -> ..., for AOT lowering and benchmarks
     init_runner_state: Callable[[int], RunnerState]  # seed -> fresh runner state (placed on the mesh)
+    fresh_runner_state: Callable  # the jitted (key, hyper) -> runner state it places, for AOT lowering
     mesh: Any = None  # jax.sharding.Mesh over the `data` axis, or None with one device (distributed.py)
     sharder: Sharder | None = None  # the sharding rules; `sharder.place(runner)` puts a restored state on the mesh
 
@@ -317,15 +324,12 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
 
     def one_update(runner: RunnerState, _):
         key, *stage_keys = jax.random.split(runner.key, len(pipeline) + 1)
-        train_state = runner.train_state
         if config.anneal_lr:
             frac = 1.0 - runner.update_step.astype(jnp.float32) / runner.hyper["num_updates"]
             lr = runner.hyper["lr"] * jnp.maximum(frac, 0.0)
         else:
             lr = runner.hyper["lr"]
-        opt_state = train_state.opt_state
-        opt_state = opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": lr})
-        train_state = train_state.replace(opt_state=opt_state)
+        train_state = with_learning_rate(runner.train_state, lr)
         batch, stage_states, metrics = None, dict(runner.stages), {"learning_rate": lr}
         for stage, stage_key in zip(pipeline, stage_keys):
             train_state, batch, stage_states[stage.name], stage_metrics = stage.apply(
@@ -361,21 +365,25 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             raise ValueError(f"a chunk runs 1..{config.log_interval} updates, not {n}")
         return compiled_chunk(runner, jnp.int32(n))
 
-    @jax.jit  # one program for the network, the optimizer, the env reset and the stages, not one per op
-    def fresh_runner_state(key: jax.Array) -> RunnerState:
+    # One program for the network, the optimizer, the env reset and the stages, not one compile per op. The
+    # hyperparameters come in as arguments (the optimizer's initial learning rate replaced by them), so runs that
+    # differ in --lr or --total-timesteps share this program, reset included, in the compilation cache.
+    @jax.jit
+    def fresh_runner_state(key: jax.Array, hyper: dict) -> RunnerState:
         key, key_net, *stage_keys = jax.random.split(key, len(pipeline) + 2)
         params = network.init(key_net, jnp.zeros((1, spec.obs_dim), jnp.float32))
-        train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
+        train_state = with_learning_rate(TrainState.create(apply_fn=network.apply, params=params, tx=tx), hyper["lr"])
         stages = {s.name: s.init(k) for s, k in zip(pipeline, stage_keys)}
-        hyper = {"lr": jnp.float32(config.lr), "num_updates": jnp.float32(config.num_updates)}
         return RunnerState(train_state=train_state, stages=stages, key=key, update_step=jnp.int32(0), hyper=hyper)
 
     def init_runner_state(seed: int) -> RunnerState:
-        return shard.place(strongly_typed(fresh_runner_state(jax.random.PRNGKey(seed))))
+        hyper = {"lr": jnp.float32(config.lr), "num_updates": jnp.float32(config.num_updates)}
+        return shard.place(strongly_typed(fresh_runner_state(jax.random.PRNGKey(seed), hyper)))
 
     return Trainer(config=config, env=env, network=network, pipeline=pipeline,
                    runner_state=init_runner_state(config.seed), train_chunk=train_chunk,
-                   compiled_chunk=compiled_chunk, init_runner_state=init_runner_state, mesh=mesh, sharder=shard)
+                   compiled_chunk=compiled_chunk, init_runner_state=init_runner_state,
+                   fresh_runner_state=fresh_runner_state, mesh=mesh, sharder=shard)
 
 
 def gae(reward, value, next_value, terminated, done, gamma, gae_lambda):
