@@ -29,6 +29,11 @@ def _level(need, is_new_game, obs_state, sd_stage, sd_reset):
     return get_obs(out), out
 
 
+def _landed_info(info, obs, state):
+    """The step's info with the mask and stage of the state the action landed on (before any auto-reset)."""
+    return {**info, "action_mask": obs["action_mask"], "stage": state.stage}
+
+
 # (new stage where next_stage, new game where done) -> (next obs and state, the obs the step landed on)
 _levels_compact = compacted_pair(_level, keep=lambda obs_state: obs_state[0])
 
@@ -72,17 +77,14 @@ class HackMatrix(environment.Environment):
         # their level.
         (obs, state), final_obs = _levels_compact(next_stage, done, (get_obs(st), st), sd_stage,
                                                   rng.seed(key_reset))
-        info = {**info, "action_mask": final_obs["action_mask"], "stage": st.stage, "terminated": terminated,
-                "truncated": truncated, "final_observation": final_obs}
+        info = {**_landed_info(info, final_obs, st), "terminated": terminated, "truncated": truncated,
+                "final_observation": final_obs}
         return obs, state, reward, terminated, truncated, info
 
     def step_env(self, key, state: EnvState, action, params: EnvParams):
         state, reward, terminated, info = _step(state, action, key, params)
         obs = get_obs(state)
-        info = dict(info)
-        info["action_mask"] = obs["action_mask"]
-        info["stage"] = state.stage
-        return obs, state, reward, terminated, info
+        return obs, state, reward, terminated, _landed_info(info, obs, state)
 
     def is_terminated(self, state, params):
         return state.hp == 0
