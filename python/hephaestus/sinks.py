@@ -244,6 +244,17 @@ def wandb_mode(config) -> str | None:
     return "online" if key else "offline"
 
 
+def _quiet_wandb_telemetry() -> None:
+    """wandb's own telemetry still posts to the failing server after an offline fallback and prints a retry line
+    per attempt at exit; the server is known to fail, so turn it off (where this wandb version has it)."""
+    try:
+        from wandb.analytics.opentelemetry import opentelemetry_proxy
+
+        opentelemetry_proxy.disable()
+    except (ImportError, AttributeError):
+        pass
+
+
 class WandbSink:
     """Logs each record with `step=update`. The run id derives from the run name and `resume="allow"`, so a
     resumed run continues the same wandb run; steps up to `skip_until` (already logged before the
@@ -264,6 +275,7 @@ class WandbSink:
             message(f"wandb: {os.environ.get('WANDB_BASE_URL', 'api.wandb.ai')} {problem}; logging offline "
                     f"(upload later with `wandb sync {directory}/wandb/offline-run-*`)")
             mode = "offline"
+            _quiet_wandb_telemetry()
         elif mode == "offline" and not wandb_api_key_configured() and config.wandb:
             message(f"wandb: no API key configured; logging offline (upload later with "
                     f"`wandb sync {directory}/wandb/offline-run-*`)")
