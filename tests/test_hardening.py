@@ -405,9 +405,9 @@ class FailingServer:
 
 
 @pytest.mark.parametrize("behaviour,scheme,needle", [
-    ("401", "http", "the API key was refused (HTTP 401)"),
-    ("silent", "http", "no usable answer"),
-    ("401", "https", "no usable answer"),  # TLS to a server that does not speak it
+    ("401", "http", "refused the API key (HTTP 401)"),
+    ("silent", "http", "gave no usable answer"),
+    ("401", "https", "gave no usable answer"),  # TLS to a server that does not speak it
 ])
 def test_wandb_server_reachable_but_failing_is_found_by_one_bounded_probe(monkeypatch, behaviour, scheme, needle):
     from hephaestus import sinks
@@ -456,6 +456,9 @@ def test_sighup_stops_and_saves_like_sigterm():
     assert out.returncode == 0, out.stderr
     assert "stop True 129" in out.stdout and "SIGHUP received: saving and exiting" in out.stdout
     assert "SIGHUP: finishing the current chunk" in out.stderr
+    under_nohup = subprocess.run([sys.executable, "-c", "import signal; signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+                                  + code], capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert "stop False 0" in under_nohup.stdout, under_nohup.stderr  # nohup: the run outlives the terminal
 
 
 def test_a_fresh_run_does_not_append_to_metrics_left_by_a_run_without_checkpoints(tmp_path, capsys):

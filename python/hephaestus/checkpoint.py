@@ -35,9 +35,10 @@ import jax.numpy as jnp
 import numpy as np
 
 STATE, META = "state", "meta"
-# SIGHUP: the ssh session the run was started from closed (no tmux): stop and save like a preemption.
+# SIGHUP: the ssh session the run was started from closed (no tmux): stop and save like a preemption (not under
+# nohup, which ignores SIGHUP so that the run goes on).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}  # 128 + signal number (shell convention)
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}  # 128 + signal number
 
 
 class CheckpointError(ValueError):
@@ -537,8 +538,8 @@ class Checkpointer:
 
 
 class StopSignals:
-    """First SIGINT/SIGTERM/SIGHUP: finish the chunk in flight, then the loop stops, saves and exits. A second SIGINT
-    exits at once (exit code 130) without touching checkpoints: orbax's temporary directory of an unfinished
+    """First SIGINT/SIGTERM/SIGHUP: finish the chunk in flight, then the loop stops, saves and exits. A second
+    SIGINT exits at once (exit code 130) without touching checkpoints: orbax's temporary directory of an unfinished
     save is ignored, the previous checkpoint stays valid."""
 
     def __init__(self, message: Callable[[str], None] = print):
@@ -553,6 +554,8 @@ class StopSignals:
         if threading.current_thread() is not threading.main_thread():
             return self
         for sig in STOP_SIGNALS:
+            if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # started under nohup: the user asked for the run to outlive the terminal
             self._previous[sig] = signal.getsignal(sig)
             signal.signal(sig, self._handle)
         return self

@@ -222,13 +222,15 @@ def wandb_online_problem(timeout: float = 3.0) -> str | None:
             response.read(1)
         return None
     except urllib.error.HTTPError as err:
-        return "the API key was refused (HTTP 401)" if err.code in (401, 403) else f"the server answered HTTP {err.code}"
+        if err.code in (401, 403):
+            return f"refused the API key (HTTP {err.code})"
+        return f"answered HTTP {err.code}"
     except urllib.error.URLError as err:
         reason = err.reason
         return "unreachable" if isinstance(reason, ConnectionRefusedError) or "refused" in str(reason) \
-            else f"no usable answer ({type(reason).__name__}: {str(reason)[:80]})"
+            else f"gave no usable answer ({type(reason).__name__}: {str(reason)[:80]})"
     except (OSError, ValueError) as err:  # timeouts, TLS errors, bad URLs
-        return f"no usable answer ({type(err).__name__}{': ' + str(err)[:80] if str(err) else ''})"
+        return f"gave no usable answer ({type(err).__name__}{': ' + str(err)[:80] if str(err) else ''})"
 
 
 def wandb_mode(config) -> str | None:
