@@ -479,3 +479,33 @@ def test_resume_after_a_truncated_last_line_does_not_glue_records(saved_run, tmp
         f.write('{"update": 10, "env_st')  # killed mid-write
     assert main("--resume", str(run_dir), "--total-timesteps", str(10 * 64)) == 0
     assert [r["update"] for r in records(run_dir / "metrics.jsonl")] == [2, 4, 6, 8, 10]
+
+
+def test_sighup_after_the_terminal_is_gone_still_saves(tmp_path):
+    """A closed ssh session: the terminal the run printed to is gone (writes to it fail with EIO), then SIGHUP."""
+    import pty
+    import select
+    import time
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", str(100000 * 64), "--save-interval",
+                             "20", "--run-name", "h", "--checkpoint-dir", str(tmp_path)],
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=subprocess_env())
+    os.close(slave)
+    try:
+        deadline = time.time() + 240
+        while not ck._step_dirs(str(tmp_path / "h")) and proc.poll() is None and time.time() < deadline:
+            if select.select([master], [], [], 0.05)[0]:
+                os.read(master, 65536)  # a terminal reads what the run prints
+        assert ck._step_dirs(str(tmp_path / "h")), "no checkpoint appeared"
+        os.close(master)  # the terminal goes away
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=120) == 129
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    from hephaestus.export import load_params_npz
+
+    final = ck.locate(str(tmp_path / "h")).step  # saved where it stopped, not only at the last periodic save:
+    assert final == records(tmp_path / "h" / "metrics.jsonl")[-1]["update"]
+    assert load_params_npz(str(tmp_path / "h" / "final_params.npz"))[1]["update"] == final

@@ -5,6 +5,7 @@ out of memory, non-finite loss), 130/143/129 stopped by SIGINT/SIGTERM/SIGHUP af
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -143,10 +144,49 @@ def _fail_if_out_of_memory(err: RuntimeError, config, doing: str) -> None:
          code=1)
 
 
+class OutputThatOutlivesItsTerminal:
+    """sys.stdout/sys.stderr of the script. When the terminal they print to goes away (ssh closed: EIO) or the
+    pipe's reader does (EPIPE), the output is dropped from then on and the run goes on, so it can still save on
+    the SIGHUP that follows, instead of dying at its next print."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _lose(self) -> None:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())  # the buffered text of the old stream goes nowhere at exit
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+        self._stream = open(os.devnull, "w")
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as err:
+            if err.errno not in (errno.EIO, errno.EPIPE):
+                raise
+            self._lose()
+            return len(text)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except OSError as err:
+            if err.errno not in (errno.EIO, errno.EPIPE):
+                raise
+            self._lose()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def script_main(argv=None) -> int:
     """scripts/train_purejaxrl.py: `main`, then exit. After a failed save orbax's background threads can wait on
     each other for 300 s; nothing of this run needs them (the failure is reported, earlier checkpoints are
     complete), so the process then ends at once instead of joining them at interpreter exit."""
+    sys.stdout, sys.stderr = OutputThatOutlivesItsTerminal(sys.stdout), OutputThatOutlivesItsTerminal(sys.stderr)
     try:
         code = main(argv)
     except SystemExit as exit_:
