@@ -86,10 +86,13 @@ def test_run_name_is_one_folder_so_pruning_cannot_reach_sibling_runs(tmp_path, c
 
 # ------------------------------------------------------------------------------------------------ hangs
 FAIL_SAVE_12 = """
-import errno, os, sys
+import errno, os, shutil, sys
 real = os.makedirs
-def makedirs(path, *args, **kwargs):  # the disk fills up as orbax starts writing checkpoint 12
+def makedirs(path, *args, **kwargs):  # the disk fills up (or the folder goes) as orbax starts checkpoint 12
     if str(path).endswith(os.sep + "12.orbax-checkpoint-tmp"):
+        if os.environ.get("FAULT") == "removed":
+            shutil.rmtree(os.path.dirname(str(path)))
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
     return real(path, *args, **kwargs)
 os.makedirs = makedirs
@@ -114,6 +117,15 @@ def test_failed_async_save_ends_the_run_at_once_with_one_line_and_keeps_earlier_
     assert all(np.all(np.isfinite(x)) for x in __import__("jax").tree.leaves(raw["train_state"]["params"]))
     assert sorted(p.name for p in run_dir.glob("params_*.npz")) == ["params_4.npz", "params_8.npz"]
     assert not (run_dir / ".lock").exists()
+
+
+def test_run_folder_removed_during_a_save_ends_the_run_at_once_with_one_line(tmp_path):
+    out = subprocess.run([sys.executable, "-c", FAIL_SAVE_12, *TINY, "--total-timesteps", str(40 * 64),
+                          "--save-interval", "4", "--run-name", "gone", "--checkpoint-dir", str(tmp_path)],
+                         capture_output=True, text=True, env=subprocess_env(FAULT="removed"), timeout=200)
+    assert out.returncode == 1, out.stderr[-3000:]
+    line = error_line(out.stderr, "saving the checkpoint at update 12 failed")
+    assert f"the run folder {tmp_path / 'gone'} is gone" in line
 
 
 HOLD_LOCK = """

@@ -651,7 +651,7 @@ class CheckpointHook:
             path = self.ckpt.save(runner_state, record)
         except (OSError, ValueError, RuntimeError) as err:  # disk full, permissions, an orbax write error
             self.ckpt.failed = True
-            raise _save_failed(update, err) from None
+            raise _save_failed(update, err, self.ckpt.run_dir) from None
         self.last_update, self.last_time = update, time.monotonic()
         if path:
             self._pending = (path, update)
@@ -667,7 +667,7 @@ class CheckpointHook:
         try:
             self.ckpt.complete()
         except (OSError, ValueError, RuntimeError) as err:  # raised in orbax's thread, re-raised by the wait
-            raise _save_failed(update, err) from None
+            raise _save_failed(update, err, self.ckpt.run_dir) from None
         if self.on_saved and os.path.isdir(path):
             try:
                 self.on_saved(path, update)
@@ -706,11 +706,11 @@ class CheckpointHook:
             self.message(f"checkpoint: the last save did not complete ({_one_line(err)}); earlier ones are intact")
 
 
-def _save_failed(update: int, err: BaseException):
+def _save_failed(update: int, err: BaseException, run_dir: str):
     from hephaestus.loop import TrainingError
 
-    return TrainingError(f"saving the checkpoint at update {update} failed ({_one_line(err)}); earlier checkpoints "
-                         "are intact")
+    kept = "earlier checkpoints are intact" if os.path.isdir(run_dir) else f"the run folder {run_dir} is gone"
+    return TrainingError(f"saving the checkpoint at update {update} failed ({_one_line(err)}); {kept}")
 
 
 # ----------------------------------------------------------------------------------------------------------
