@@ -35,7 +35,10 @@ import jax.numpy as jnp
 import numpy as np
 
 STATE, META = "state", "meta"
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + signal number, the shell convention
+# SIGHUP: the ssh session the run was started from closed (no tmux): stop and save like a preemption (not under
+# nohup, which ignores SIGHUP so that the run goes on).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}  # 128 + signal number
 
 
 class CheckpointError(ValueError):
@@ -47,8 +50,30 @@ def _ocp():
 
     import orbax.checkpoint as ocp
 
-    logging.getLogger("absl").setLevel(logging.ERROR)  # orbax logs every save at WARNING/INFO through absl
+    # orbax logs every save at WARNING/INFO through absl, and a failed save as hundreds of lines of tracebacks
+    # from each of its threads; the hooks below report every failure in one line of their own.
+    logging.getLogger("absl").setLevel(logging.CRITICAL)
+    _quiet_closed_event_loops()
     return ocp
+
+
+def _quiet_closed_event_loops() -> None:
+    """After a refused (corrupt) checkpoint, tensorstore reads still in flight finish on an event loop that orbax
+    has already closed, and each prints an "Event loop is closed" traceback through sys.unraisablehook. They
+    mean nothing once the one-line error is out: drop exactly those, pass everything else on."""
+    import sys
+
+    previous = sys.unraisablehook
+    if getattr(previous, "_drops_closed_loops", False):
+        return
+
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed":
+            return
+        previous(unraisable)
+
+    hook._drops_closed_loops = True
+    sys.unraisablehook = hook
 
 
 def _handlers(ocp):
@@ -128,10 +153,45 @@ def locate(path: str) -> Checkpoint:
         raise CheckpointError(f"{path}: checkpoint {step} metadata is unreadable ({type(err).__name__})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a Hephaestus checkpoint (format {meta.get('format') if isinstance(meta, dict) else None!r})")
+    check_saved_config(f"{path}: checkpoint {step} metadata", meta)
     return Checkpoint(run_dir=run_dir, step=step, meta=meta, all_steps=steps)
 
 
 FORMAT = "hephaestus-checkpoint-v1"
+
+
+def check_saved_config(where: str, meta: dict) -> None:
+    """The metadata's config (and network) are what a resume builds its flags from: a damaged or hand-edited
+    value is one line naming the field, not an error about a flag the user never passed."""
+    import dataclasses
+
+    from hephaestus.config import TrainConfig
+
+    config, network = meta.get("config", {}), meta.get("network", {})
+    for name, value in (("config", config), ("network", network)):
+        if not isinstance(value, dict):
+            raise CheckpointError(f"{where}: {name} is a {type(value).__name__}, not a mapping (damaged metadata)")
+    defaults = TrainConfig()
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in config:
+            continue  # older checkpoints lack newer fields; their defaults apply
+        value, default = config[f.name], getattr(defaults, f.name)
+        if default is None or (value is None and f.default is None):
+            ok = value is None or isinstance(value, bool)  # wandb: None/True/False; optional numbers may be null
+        elif isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif isinstance(default, tuple):
+            ok = isinstance(value, (list, tuple))
+        else:
+            ok = isinstance(value, type(default))
+        if not ok:
+            expected = "a list" if isinstance(default, tuple) else type(default).__name__
+            raise CheckpointError(f"{where}: config field {f.name} is {value!r}, expected {expected} (damaged "
+                                  "metadata)")
 
 
 def _path_str(path) -> str:
@@ -390,6 +450,8 @@ class Checkpointer:
         self.manager = ocp.CheckpointManager(self.run_dir, options=options, item_handlers=_handlers(ocp))
         self.saved_step = None  # last step handed to orbax
         self.network = _network_meta(trainer)
+        self.failed = False  # a save failed: orbax's threads may wait on each other for minutes; never join them
+        self._unexported = None  # (step, host copy of the params) for params_<step>.npz once the save is complete
 
     def meta(self, update: int, record: dict | None) -> dict:
         from hephaestus import __version__
@@ -410,18 +472,40 @@ class Checkpointer:
         self.manager.save(step, args=ocp.args.Composite(**{STATE: ocp.args.StandardSave(runner_state),
                                                          META: ocp.args.JsonSave(meta)}), force=True)
         self.saved_step = step
-        if self.export_params:
-            self.export(os.path.join(self.run_dir, f"params_{step}.npz"), runner_state, step)
-            self._prune_exports(step)
+        if self.export_params:  # a host copy now: the next chunk may donate the device buffers
+            self._unexported = (step, jax.device_get(runner_state.train_state.params))
         return os.path.join(self.run_dir, str(step))
 
+    def saving(self) -> bool:
+        """Whether an async save is still being written (does not block)."""
+        return bool(self.manager.is_saving_in_progress())
+
+    def complete(self) -> int | None:
+        """Wait for the save in flight; once it is complete, write its params_<step>.npz beside it (never before,
+        so an npz always has its checkpoint). Raises orbax's error when the save failed. Returns the step."""
+        try:
+            self.manager.wait_until_finished()
+        except BaseException:
+            self.failed = True
+            self._unexported = None
+            raise
+        if self._unexported is None:
+            return None
+        step, params = self._unexported
+        self._unexported = None
+        self._write_npz(os.path.join(self.run_dir, f"params_{step}.npz"), params, step)
+        self._prune_exports(step)
+        return step
+
     def export(self, path: str, runner_state, step: int | None = None) -> str:
+        if step is None:
+            step = int(jax.device_get(runner_state.update_step))
+        return self._write_npz(path, jax.device_get(runner_state.train_state.params), step)
+
+    def _write_npz(self, path: str, params, step: int) -> str:
         from hephaestus.export import save_params_npz
 
         config = self.trainer.config
-        if step is None:
-            step = int(jax.device_get(runner_state.update_step))
-        params = jax.device_get(runner_state.train_state.params)
         return save_params_npz(path, params, env=config.env, network=self.network, update=step,
                                env_steps=step * config.batch_size, config=config.to_dict())
 
@@ -441,6 +525,8 @@ class Checkpointer:
         self.manager.wait_until_finished()
 
     def close(self) -> None:
+        if self.failed:  # joining orbax's threads after a failed save can block for its 300 s barrier timeout
+            return
         try:
             self.manager.wait_until_finished()
         finally:
@@ -452,8 +538,8 @@ class Checkpointer:
 
 
 class StopSignals:
-    """First SIGINT/SIGTERM: finish the chunk in flight, then the loop stops, saves and exits. A second SIGINT
-    exits at once (exit code 130) without touching checkpoints: orbax's temporary directory of an unfinished
+    """First SIGINT/SIGTERM/SIGHUP: finish the chunk in flight, then the loop stops, saves and exits. A second
+    SIGINT exits at once (exit code 130) without touching checkpoints: orbax's temporary directory of an unfinished
     save is ignored, the previous checkpoint stays valid."""
 
     def __init__(self, message: Callable[[str], None] = print):
@@ -467,7 +553,9 @@ class StopSignals:
 
         if threading.current_thread() is not threading.main_thread():
             return self
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
+            if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # started under nohup: the user asked for the run to outlive the terminal
             self._previous[sig] = signal.getsignal(sig)
             signal.signal(sig, self._handle)
         return self
@@ -557,15 +645,13 @@ class CheckpointHook:
         self._pending = None  # (path, update) of an async save not yet reported to on_saved
 
     def _save(self, runner_state, record, final=False):
-        from hephaestus.loop import TrainingError
-
         update = int(jax.device_get(runner_state.update_step))
+        self._flush_pending()
         try:
-            self._flush_pending()
             path = self.ckpt.save(runner_state, record)
         except (OSError, ValueError, RuntimeError) as err:  # disk full, permissions, an orbax write error
-            raise TrainingError(f"saving the checkpoint at update {update} failed ({_one_line(err)}); "
-                                "earlier checkpoints are intact") from None
+            self.ckpt.failed = True
+            raise _save_failed(update, err, self.ckpt.run_dir) from None
         self.last_update, self.last_time = update, time.monotonic()
         if path:
             self._pending = (path, update)
@@ -573,11 +659,15 @@ class CheckpointHook:
         return path
 
     def _flush_pending(self):
+        """Wait for the save in flight (if any), then export its npz and report it; a failure names its update."""
         if self._pending is None:
             return
-        self.ckpt.wait()
         path, update = self._pending
         self._pending = None
+        try:
+            self.ckpt.complete()
+        except (OSError, ValueError, RuntimeError) as err:  # raised in orbax's thread, re-raised by the wait
+            raise _save_failed(update, err, self.ckpt.run_dir) from None
         if self.on_saved and os.path.isdir(path):
             try:
                 self.on_saved(path, update)
@@ -585,6 +675,8 @@ class CheckpointHook:
                 self.message(f"wandb: could not log checkpoint {update} as an artifact ({_one_line(err)})")
 
     def after_chunk(self, runner_state, record) -> bool:
+        if self._pending is not None and not self.ckpt.saving():  # finished (or failed) in the background
+            self._flush_pending()
         if self.every_updates:
             due = record["update"] - self.last_update >= self.every_updates
         else:
@@ -604,6 +696,9 @@ class CheckpointHook:
                      f"{os.path.join(self.ckpt.run_dir, 'final_params.npz')}")
 
     def close(self) -> None:
+        if self.ckpt.failed:  # already reported as the run's error
+            self.ckpt.close()
+            return
         try:
             self._flush_pending()
             self.ckpt.close()
@@ -611,34 +706,71 @@ class CheckpointHook:
             self.message(f"checkpoint: the last save did not complete ({_one_line(err)}); earlier ones are intact")
 
 
+def _save_failed(update: int, err: BaseException, run_dir: str):
+    from hephaestus.loop import TrainingError
+
+    kept = "earlier checkpoints are intact" if os.path.isdir(run_dir) else f"the run folder {run_dir} is gone"
+    return TrainingError(f"saving the checkpoint at update {update} failed ({_one_line(err)}); {kept}")
+
+
 # ----------------------------------------------------------------------------------------------------------
 # metrics.jsonl on resume
 
 
 def trim_metrics(path: str, update: int) -> tuple[int, int]:
-    """Drop records past `update` (a resumed run redoes those updates). Returns (last logged update before
-    trimming, number of records dropped). Atomic: temp file + rename."""
-    if not os.path.exists(path):
+    """Drop records past `update` (a resumed run redoes those updates), and a last line cut short by a kill
+    mid-write (so the next record is not glued onto it). Returns (last logged update before trimming, number of
+    records dropped). Lines that are not records (not UTF-8, not JSON) are kept byte for byte. Atomic: temp file
+    + rename. Raises CheckpointError (one line) when the file cannot be read or rewritten."""
+    if not os.path.lexists(path):
         return 0, 0
+    try:
+        with open(path, "rb") as f:
+            lines = f.readlines()
+    except OSError as err:
+        raise CheckpointError(f"cannot read {path}: {err.strerror or err}; move it away to resume") from None
     keep, dropped, last = [], 0, 0
-    with open(path) as f:
-        for line in f:
-            try:
-                u = int(json.loads(line).get("update", 0))
-            except (ValueError, AttributeError):
+    cut_short = bool(lines) and not lines[-1].endswith(b"\n")
+    for i, line in enumerate(lines):
+        try:
+            u = int(json.loads(line.decode("utf-8")).get("update", 0))
+        except (ValueError, AttributeError, TypeError):
+            if not (cut_short and i == len(lines) - 1):
                 keep.append(line)
-                continue
-            last = max(last, u)
-            if u > update:
-                dropped += 1
-            else:
-                keep.append(line)
-    if dropped:
+            continue
+        last = max(last, u)
+        if u > update:
+            dropped += 1
+        else:
+            keep.append(line if line.endswith(b"\n") else line + b"\n")
+    if dropped or cut_short:
         tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.writelines(keep)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.writelines(keep)
+            os.replace(tmp, path)
+        except OSError as err:
+            raise CheckpointError(f"cannot rewrite {path}: {err.strerror or err}") from None
     return last, dropped
+
+
+def set_aside_metrics(run_dir: str) -> str | None:
+    """A run starting a run folder that has no checkpoint but a metrics.jsonl (left by a run killed before its
+    first save) moves that file to metrics.<n>.jsonl instead of appending to it. Returns the new name, if any."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.lexists(path):
+        return None
+    if os.path.isdir(path):
+        raise CheckpointError(f"{path} is a directory, not a metrics file; move it away")
+    n = 1
+    while os.path.lexists(os.path.join(run_dir, f"metrics.{n}.jsonl")):
+        n += 1
+    target = os.path.join(run_dir, f"metrics.{n}.jsonl")
+    try:
+        os.replace(path, target)
+    except OSError as err:
+        raise CheckpointError(f"cannot move the old {path} aside: {err.strerror or err}") from None
+    return target
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -694,14 +826,18 @@ def prepare_run(config, trainer, run_dir: str, resume: Checkpoint | None = None,
                               "nothing left to do (raise --total-timesteps to train longer)")
 
     last_logged = 0
-    if resume is not None and main_process:
+    if main_process:
         metrics = os.path.join(run_dir, "metrics.jsonl")
-        if os.path.abspath(resume.run_dir) == run_dir:
+        dropped = 0
+        if resume is not None and os.path.abspath(resume.run_dir) == run_dir:
             last_logged, dropped = trim_metrics(metrics, start)
-        else:
-            dropped = 0
-        message(f"resume: update {start} of {config.num_updates} from {resume.path}"
-                + (f" (dropped {dropped} metrics.jsonl records past it; they are recomputed)" if dropped else ""))
+        else:  # a new run folder, or one left by a run killed before its first checkpoint
+            moved = set_aside_metrics(run_dir)
+            if moved:
+                message(f"metrics: {metrics} belonged to an earlier run that saved no checkpoint; moved to {moved}")
+        if resume is not None:
+            message(f"resume: update {start} of {config.num_updates} from {resume.path}"
+                    + (f" (dropped {dropped} metrics.jsonl records past it; they are recomputed)" if dropped else ""))
 
     from hephaestus.sinks import TensorBoardSink, WandbSink, wandb_mode
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from hephaestus.config import DTC_STAGES, ENCODERS, ENV_DEFAULTS, FALLBACK_DEFAULTS, OBS_DTYPES, TrainConfig
@@ -23,6 +24,8 @@ def number(text: str) -> int:
         value = float(text.replace("_", ""))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     if value != int(value):
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
     return int(value)

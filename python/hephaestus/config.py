@@ -8,6 +8,8 @@ resolved config and never mutates it.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from dataclasses import dataclass, field
 
 # PureJaxRL/CleanRL reference batch: 256 envs x 128 steps split into 4 minibatches for 4 epochs.
@@ -187,7 +189,12 @@ def resolve(config: TrainConfig) -> tuple[TrainConfig, str]:
         config = config.replace(num_minibatches=minibatches, update_epochs=epochs)
         note = (f"auto-scale: batch {config.batch_size:,} -> {minibatches} minibatches of "
                 f"{config.batch_size // minibatches:,} x {epochs} epochs = {minibatches * epochs} gradient steps")
-    validate(config)
+    try:
+        validate(config)
+    except ConfigError as err:
+        if note.startswith("auto-scale: batch") and "minibatches" in str(err):
+            raise ConfigError(f"{err} ({note}; set --num-minibatches to choose)") from None
+        raise
     if not config.run_name:
         env_tag = config.env.replace(":", "-").replace("/", "-")
         config = config.replace(run_name=f"{env_tag}_s{config.seed}")
@@ -195,6 +202,12 @@ def resolve(config: TrainConfig) -> tuple[TrainConfig, str]:
 
 
 def validate(config: TrainConfig) -> None:
+    check_run_name(config.run_name)
+    for name in ("lr", "ent_coef", "clip_eps", "vf_coef", "max_grad_norm", "gamma", "gae_lambda"):
+        if not math.isfinite(getattr(config, name)):
+            raise ConfigError(f"--{name.replace('_', '-')} must be a finite number, got {getattr(config, name)}")
+    if not -2**63 <= config.seed < 2**63:
+        raise ConfigError(f"--seed must fit in 64 bits (-2^63 to 2^63-1), got {config.seed}")
     positive = ("num_envs", "num_steps", "total_timesteps", "num_minibatches", "update_epochs",
                 "hidden_dim", "log_interval")
     for name in positive:
@@ -214,6 +227,17 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(
             f"batch {config.num_envs} envs x {config.num_steps} steps = {config.batch_size:,} does not divide "
             f"into {config.num_minibatches} minibatches")
+    if config.num_steps < 2:
+        raise ConfigError(f"--num-steps must be at least 2, got {config.num_steps} (a one-step rollout learns "
+                          "from one sample per env per update)")
+    if config.minibatch_size < 2:
+        raise ConfigError(f"minibatches of {config.minibatch_size} sample ({config.batch_size:,} / "
+                          f"{config.num_minibatches}): advantage normalisation sets every advantage to 0 and nothing "
+                          "is learned; lower --num-minibatches or raise --num-envs")
+    if config.max_grad_norm <= 0:
+        raise ConfigError(f"--max-grad-norm must be positive, got {config.max_grad_norm}")
+    if config.vf_coef < 0:
+        raise ConfigError(f"--vf-coef must be >= 0, got {config.vf_coef}")
     if not 0.0 <= config.gamma <= 1.0:
         raise ConfigError(f"--gamma must be in [0, 1], got {config.gamma}")
     if not 0.0 <= config.gae_lambda <= 1.0:
@@ -234,6 +258,18 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"--cell-dim must be positive, got {config.cell_dim}")
     if any(name in DTC_STAGES for name in config.extra_stages):
         validate_dtc(config)
+
+
+def check_run_name(name: str) -> None:
+    """A run name is one folder inside --checkpoint-dir: `.`, `..`, separators or an absolute path would put the
+    run's checkpoints in (or beside) the checkpoint directory itself, where orbax's pruning of old steps deletes
+    every sibling run whose folder name is a number."""
+    if not name:
+        return
+    bad = (name in (".", "..") or "/" in name or (os.sep != "/" and os.sep in name) or "\0" in name
+           or os.path.isabs(name) or name != name.strip())
+    if bad:
+        raise ConfigError(f"--run-name {name!r} must be one folder name (no '/', '.', '..' or surrounding spaces)")
 
 
 def resolve_encoder(config: TrainConfig, spec) -> str:

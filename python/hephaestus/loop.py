@@ -23,6 +23,10 @@ class TrainingError(RuntimeError):
     """A run that cannot go on (fully masked actions, non-finite loss); the message is one line."""
 
 
+class SinkError(TrainingError):
+    """A sink could not write (disk full): the loop saved a checkpoint, then raised this."""
+
+
 class Hook(Protocol):
     def after_chunk(self, runner_state, record: dict) -> bool: ...  # return True to stop the loop
     def at_end(self, runner_state, record: dict | None) -> None: ...
@@ -38,9 +42,23 @@ def default_cache_dir() -> str:
     return str(Path.home() / ".cache" / "hephaestus" / "jax")
 
 
-def enable_compilation_cache(path: str | None = None) -> str:
+def enable_compilation_cache(path: str | None = None, message: Callable[[str], None] | None = None) -> str | None:
+    """Turn on the persistent compilation cache in `path`. A directory that cannot be created or written (a
+    read-only checkout, a bad JAX_COMPILATION_CACHE_DIR) is one warning, and the run goes on without the cache:
+    returns None then."""
     path = path or default_cache_dir()
-    os.makedirs(path, exist_ok=True)
+    try:
+        os.makedirs(path, exist_ok=True)
+        import tempfile
+
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-"):
+            pass
+    except OSError as err:
+        import sys
+
+        (message or (lambda text: print(text, file=sys.stderr)))(
+            f"warning: compilation cache {path} is not usable ({err.strerror or err}); compiling without it")
+        return None
     jax.config.update("jax_compilation_cache_dir", path)
     # Cache every program that took noticeable time, including the small CPU ones.
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
@@ -89,6 +107,7 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print) -> 
     start_updates = done_updates
     run_seconds = 0.0
     record = None
+    failed_sink = None
 
     while done_updates < total_updates:
         n = min(config.log_interval, total_updates - done_updates)
@@ -117,11 +136,16 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print) -> 
         record["eta_seconds"] = (total_updates - done_updates) * steps_per_update / max(avg_sps, 1e-9)
         record.update(chunk_reduce(metrics))
         result.records.append(record)
-        for sink in sinks:
-            sink.write(record)
+        for sink in list(sinks):
+            try:
+                sink.write(record)
+            except OSError as err:  # disk full, folder gone: save what there is (hooks below), then stop
+                sinks = [s for s in sinks if s is not sink]
+                failed_sink = failed_sink or (f"writing {getattr(sink, 'path', type(sink).__name__)} failed "
+                                              f"({err.strerror or err}) after update {done_updates}")
         for warning in health.check(record):
             message(warning)
-        stop = False
+        stop = failed_sink is not None
         for hook in hooks:
             stop = bool(hook.after_chunk(runner, record)) or stop
         if stop:
@@ -131,4 +155,6 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print) -> 
     for hook in hooks:
         hook.at_end(runner, record)
     result.runner_state = runner
+    if failed_sink:
+        raise SinkError(f"{failed_sink}; the run stopped there and saved its state (continue with --resume)")
     return result

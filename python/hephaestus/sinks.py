@@ -77,6 +77,11 @@ class JsonlSink:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self.path = path
         self.file = open(path, "a", buffering=1)
+        if self.file.tell() > 0:  # never glue a record onto a line cut short by a kill mid-write
+            with open(path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    self.file.write("\n")
 
     def write(self, record: dict) -> None:
         clean = {k: (v if isinstance(v, (int, str)) or math.isfinite(v) else None) for k, v in record.items()}
@@ -183,19 +188,49 @@ def wandb_api_key_configured() -> bool:
         return False
 
 
-def wandb_reachable(timeout: float = 3.0) -> bool:
-    """A TCP connect to the wandb host, so a machine without network falls back to offline mode at once
-    instead of waiting out wandb's own init timeout."""
-    import socket
+def wandb_api_key() -> str:
+    """The key wandb itself would use: WANDB_API_KEY, else the netrc password for the wandb host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return os.environ["WANDB_API_KEY"]
+    import netrc
     from urllib.parse import urlparse
 
-    url = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
-    port = url.port or (443 if url.scheme != "http" else 80)
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
     try:
-        with socket.create_connection((url.hostname or "api.wandb.ai", port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+        entry = netrc.netrc(path).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return ""
+    return (entry[2] or "") if entry else ""
+
+
+def wandb_online_problem(timeout: float = 3.0) -> str | None:
+    """Why an online wandb run would fail here, or None. One authenticated request to the server's GraphQL
+    endpoint (what wandb.init talks to), bounded by `timeout` per connect/read: a server that is reachable but
+    failing (TLS error, key refused, an error status, no answer) is found in seconds instead of after wandb's own
+    init timeout and retries (about 50 s), and the run logs offline."""
+    import base64
+    import urllib.error
+    import urllib.request
+
+    base = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").rstrip("/")
+    token = base64.b64encode(f"api:{wandb_api_key()}".encode()).decode()
+    request = urllib.request.Request(f"{base}/graphql", data=json.dumps({"query": "query { viewer { id } }"}).encode(),
+                                     headers={"Authorization": f"Basic {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            response.read(1)
+        return None
+    except urllib.error.HTTPError as err:
+        if err.code in (401, 403):
+            return f"refused the API key (HTTP {err.code})"
+        return f"answered HTTP {err.code}"
+    except urllib.error.URLError as err:
+        reason = err.reason
+        return "unreachable" if isinstance(reason, ConnectionRefusedError) or "refused" in str(reason) \
+            else f"gave no usable answer ({type(reason).__name__}: {str(reason)[:80]})"
+    except (OSError, ValueError) as err:  # timeouts, TLS errors, bad URLs
+        return f"gave no usable answer ({type(err).__name__}{': ' + str(err)[:80] if str(err) else ''})"
 
 
 def wandb_mode(config) -> str | None:
@@ -209,6 +244,17 @@ def wandb_mode(config) -> str | None:
     if env_mode in ("offline", "dryrun"):
         return "offline"
     return "online" if key else "offline"
+
+
+def _quiet_wandb_telemetry() -> None:
+    """wandb's own telemetry still posts to the failing server after an offline fallback and prints a retry line
+    per attempt at exit; the server is known to fail, so turn it off (where this wandb version has it)."""
+    try:
+        from wandb.analytics.opentelemetry import opentelemetry_proxy
+
+        opentelemetry_proxy.disable()
+    except (ImportError, AttributeError):
+        pass
 
 
 class WandbSink:
@@ -226,10 +272,12 @@ class WandbSink:
         self.run_id = wandb_run_id(config.run_name)
         directory = os.environ.get("WANDB_DIR") or run_dir
         os.makedirs(directory, exist_ok=True)
-        if mode == "online" and not wandb_reachable():
-            message(f"wandb: {os.environ.get('WANDB_BASE_URL', 'api.wandb.ai')} unreachable; logging offline "
+        problem = wandb_online_problem() if mode == "online" else None
+        if problem:
+            message(f"wandb: {os.environ.get('WANDB_BASE_URL', 'api.wandb.ai')} {problem}; logging offline "
                     f"(upload later with `wandb sync {directory}/wandb/offline-run-*`)")
             mode = "offline"
+            _quiet_wandb_telemetry()
         elif mode == "offline" and not wandb_api_key_configured() and config.wandb:
             message(f"wandb: no API key configured; logging offline (upload later with "
                     f"`wandb sync {directory}/wandb/offline-run-*`)")
@@ -245,6 +293,7 @@ class WandbSink:
             if mode != "online":
                 raise
             message(f"wandb: could not start an online run ({type(err).__name__}); logging offline instead")
+            mode = "offline"
             self.run = wandb.init(mode="offline", settings=wandb.Settings(**settings), **kwargs)
         self.mode = mode
         self.directory = directory

@@ -1,9 +1,15 @@
-"""Entry point behind scripts/train_purejaxrl.py: parse, build, run the loop. Thin on purpose."""
+"""Entry point behind scripts/train_purejaxrl.py: parse, build, run the loop. Thin on purpose.
+
+Exit codes: 0 done, 2 bad input (flags, checkpoint, a run folder in use), 1 a fault (save or metrics write failed,
+out of memory, non-finite loss), 130/143/129 stopped by SIGINT/SIGTERM/SIGHUP after saving."""
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import sys
+import threading
 import time
 
 from hephaestus.cli import build_parser, config_from_args, fail
@@ -27,9 +33,34 @@ def main(argv=None) -> int:
 
     # Multi-host: jax.distributed.initialize() must come before anything touches a device.
     from hephaestus import distributed
-    distributed.initialize(config.distributed)
-    main_process = distributed.is_main_process()  # only process 0 prints, writes metrics and exports
+    try:
+        distributed.initialize(config.distributed)
+        main_process = distributed.is_main_process()  # only process 0 prints, writes metrics and exports
+    except (RuntimeError, AssertionError) as err:  # JAX_PLATFORMS=cuda on a machine without one: a bare assert
+        platforms = os.environ.get("JAX_PLATFORMS", "")
+        why = str(err).strip().splitlines()[0][:200] if str(err).strip() else "no backend initialised"
+        fail(f"jax cannot use the requested platform{f' (JAX_PLATFORMS={platforms})' if platforms else ''}: "
+             f"{why}; unset JAX_PLATFORMS or install jax for that platform (README, Installing for TPU or GPU)")
+    run_dir = os.path.join(config.checkpoint_dir, config.run_name)
+    from hephaestus.runlock import RunLock, RunLockedError
+    lock = RunLock(run_dir)
+    if main_process:  # one training process per run folder (processes of one multi-host run share it)
+        try:
+            lock.acquire()
+        except RunLockedError as err:
+            fail(str(err))
+        except OSError as err:
+            fail(f"cannot write to {run_dir}: {err.strerror or err}")
+    try:
+        return _train(config, note, resume, run_dir, main_process)
+    finally:
+        lock.release()
+
+
+def _train(config, note, resume, run_dir, main_process) -> int:
     import builtins
+
+    from hephaestus import distributed
     print = builtins.print if main_process else (lambda *a, **k: None)  # noqa: A001 (fail() still reports)
 
     # Imported after parsing so --help and flag errors answer instantly.
@@ -38,14 +69,13 @@ def main(argv=None) -> int:
     from hephaestus.ppo import make_train
     from hephaestus.sinks import ConsoleSink, JsonlSink
 
-    cache = enable_compilation_cache()
+    cache = enable_compilation_cache() or "off"
     try:
         env = make_env(config.env)
     except UnknownEnvError as err:
         fail(str(err))
     if note:
         print(note)
-    run_dir = os.path.join(config.checkpoint_dir, config.run_name)
     print(f"run {config.run_name}: {config.env}, {config.num_envs} envs x {config.num_steps} steps, "
           f"{config.num_updates} updates, {config.num_minibatches} minibatches x {config.update_epochs} epochs, "
           f"compile cache {cache}")
@@ -54,12 +84,18 @@ def main(argv=None) -> int:
         trainer = make_train(config, env)
     except ValueError as err:
         fail(str(err))
+    except RuntimeError as err:
+        _fail_if_out_of_memory(err, config, "setting up the initial state")
+        raise
     print(f"setup: {time.perf_counter() - t_setup:.1f}s (initial state and tracing)")
     from hephaestus.checkpoint import CheckpointError, prepare_run
     try:  # restores a --resume checkpoint into trainer.runner_state; refuses before writing anything
         session = prepare_run(config, trainer, run_dir, resume, main_process=main_process, message=print)
     except CheckpointError as err:
         fail(str(err))
+    except RuntimeError as err:
+        _fail_if_out_of_memory(err, config, "restoring the checkpoint")
+        raise
     try:
         os.makedirs(run_dir, exist_ok=True)
         sinks = [ConsoleSink(), JsonlSink(os.path.join(run_dir, "metrics.jsonl"))] if main_process else []
@@ -76,10 +112,16 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as err:
+        _fail_if_out_of_memory(err, config, "compiling or running a chunk")
+        raise
     finally:
         session.close()  # waits for an async save in flight
         for sink in sinks:
-            sink.close()
+            try:
+                sink.close()
+            except OSError:  # the sink's own write error (disk full) was already reported
+                pass
     if session.stop.signum is not None:
         print(session.stop_message(result))
         return session.stop.exit_code
@@ -88,3 +130,73 @@ def main(argv=None) -> int:
           f"(compile {result.compile_seconds:.1f}s); final mean return {last.get('mean_episode_return', float('nan')):.2f}; "
           f"metrics in {os.path.join(run_dir, 'metrics.jsonl')}")
     return 0
+
+
+def _fail_if_out_of_memory(err: RuntimeError, config, doing: str) -> None:
+    """XLA's RESOURCE_EXHAUSTED as one line saying what it needed; any other error is left to the caller."""
+    text = str(err)
+    if "RESOURCE_EXHAUSTED" not in text and "Out of memory" not in text:
+        return
+    needed = re.search(r"allocat\w* (\d+) bytes", text)
+    size = f"{int(needed.group(1)) / 2**30:,.1f} GiB" if needed else "more memory than the device has"
+    fail(f"out of memory {doing}: XLA needed {size} for {config.num_envs:,} envs x {config.num_steps} steps "
+         f"(batch {config.batch_size:,}, network width {config.hidden_dim}); lower --num-envs or --num-steps",
+         code=1)
+
+
+class OutputThatOutlivesItsTerminal:
+    """sys.stdout/sys.stderr of the script. When the terminal they print to goes away (ssh closed: EIO) or the
+    pipe's reader does (EPIPE), the output is dropped from then on and the run goes on, so it can still save on
+    the SIGHUP that follows, instead of dying at its next print."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _lose(self) -> None:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())  # the buffered text of the old stream goes nowhere at exit
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+        self._stream = open(os.devnull, "w")
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as err:
+            if err.errno not in (errno.EIO, errno.EPIPE):
+                raise
+            self._lose()
+            return len(text)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except OSError as err:
+            if err.errno not in (errno.EIO, errno.EPIPE):
+                raise
+            self._lose()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def script_main(argv=None) -> int:
+    """scripts/train_purejaxrl.py: `main`, then exit. After a failed save orbax's background threads can wait on
+    each other for 300 s; nothing of this run needs them (the failure is reported, earlier checkpoints are
+    complete), so the process then ends at once instead of joining them at interpreter exit."""
+    sys.stdout, sys.stderr = OutputThatOutlivesItsTerminal(sys.stdout), OutputThatOutlivesItsTerminal(sys.stderr)
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    stray = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if stray:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    return code

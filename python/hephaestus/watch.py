@@ -553,22 +553,40 @@ class WindowView:
         self.plt.close(self.fig)
 
 
+def check_save_path(path: str) -> str:
+    """Everything about `--save PATH` that can be checked before the (slow) compile and play: the extension, the
+    encoder for .mp4, the folder, that PATH is not a folder, and that a file can be created there. Returns the
+    extension."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in (".gif", ".mp4"):
+        raise WatchError(f"--save {path}: use a .gif or .mp4 file name")
+    if ext == ".mp4":
+        try:
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError:
+            raise WatchError("--save .mp4 needs imageio-ffmpeg (pip install imageio-ffmpeg); "
+                             "or save a .gif instead") from None
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise WatchError(f"--save {path}: is a directory; give a file name such as {os.path.join(path, 'agent' + ext)}")
+    if not os.path.isdir(directory):
+        raise WatchError(f"--save {path}: directory {directory} does not exist")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as err:
+        raise WatchError(f"--save {path}: cannot write there ({err.strerror or err})") from None
+    if not existed:
+        os.remove(path)
+    return ext
+
+
 class FileView:
     """Collects captioned RGB frames and writes a GIF (pillow) or an MP4 (imageio-ffmpeg)."""
 
     def __init__(self, player: Player, path: str, fps: float):
-        ext = os.path.splitext(path)[1].lower()
-        if ext not in (".gif", ".mp4"):
-            raise WatchError(f"--save {path}: use a .gif or .mp4 file name")
-        if ext == ".mp4":
-            try:
-                import imageio_ffmpeg  # noqa: F401
-            except ImportError:
-                raise WatchError("--save .mp4 needs imageio-ffmpeg (pip install imageio-ffmpeg); "
-                                 "or save a .gif instead") from None
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise WatchError(f"--save {path}: directory {directory} does not exist")
+        ext = check_save_path(path)
         self.player, self.path, self.ext = player, path, ext
         self.fps = fps if fps > 0 else 5.0
         self.frames: list[np.ndarray] = []
@@ -687,9 +705,7 @@ def main(argv=None, compile_cache: bool = True) -> int:
             raise WatchError("give either a path or --latest, not both")
         path = resolve_params_path(args.path, args.latest, args.checkpoints_dir)
         if args.save:  # check the output before the (slow) compile
-            ext = os.path.splitext(args.save)[1].lower()
-            if ext not in (".gif", ".mp4"):
-                raise WatchError(f"--save {args.save}: use a .gif or .mp4 file name")
+            check_save_path(args.save)
         if args.window and not has_display():
             raise WatchError("--window needs a display (none found: DISPLAY is not set); use the terminal view "
                              "or --save out.gif")
@@ -709,7 +725,14 @@ def main(argv=None, compile_cache: bool = True) -> int:
             view = TerminalView(player, args.fps)
         on_end = view.episode_done if isinstance(view, TerminalView) else \
             (lambda ep, r: print(episode_line(ep, r), flush=True))
-        results = player.episodes(args.episodes, args.max_steps, args.seed, view, on_end=on_end)
+        try:
+            results = player.episodes(args.episodes, args.max_steps, args.seed, view, on_end=on_end)
+        except KeyboardInterrupt:
+            if args.save and view.frames:  # Ctrl-C: keep what was played
+                n = view.write()
+                print(f"stopped: saved the {n} frames played so far to {args.save}", file=sys.stderr)
+                return 130
+            raise
         if args.save:
             n = view.write()
             print(f"saved {n} frames to {args.save}")
