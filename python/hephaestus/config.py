@@ -107,6 +107,9 @@ class TrainConfig:
     dtc_max_horizon: int = 64
     # bookkeeping
     seed: int = 0
+    # Independent agents trained by one vmapped program (specs/pipeline.md, "Many seeds"): agent i is seeded
+    # with seed + i and is exactly the single-seed run of that seed. 1: the single-agent program, no seed axis.
+    num_seeds: int = 1
     log_interval: int = 10  # PPO updates per compiled chunk, i.e. per console line
     run_name: str = ""
     checkpoint_dir: str = "checkpoints"
@@ -190,13 +193,14 @@ def resolve(config: TrainConfig) -> tuple[TrainConfig, str]:
     validate(config)
     if not config.run_name:
         env_tag = config.env.replace(":", "-").replace("/", "-")
-        config = config.replace(run_name=f"{env_tag}_s{config.seed}")
+        seeds = f"{config.seed}" if config.num_seeds == 1 else f"{config.seed}-{config.seed + config.num_seeds - 1}"
+        config = config.replace(run_name=f"{env_tag}_s{seeds}")
     return config, note
 
 
 def validate(config: TrainConfig) -> None:
     positive = ("num_envs", "num_steps", "total_timesteps", "num_minibatches", "update_epochs",
-                "hidden_dim", "log_interval")
+                "hidden_dim", "log_interval", "num_seeds")
     for name in positive:
         if getattr(config, name) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")

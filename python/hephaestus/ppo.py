@@ -53,6 +53,11 @@ class RunnerState:
     hyper: dict  # float32 scalars kept as data (lr, anneal horizon) so they are not baked into the program
 
 
+# With --num-seeds S > 1 every leaf of the runner state carries a leading [S] seed axis except the update counter:
+# the agents step in lockstep, so one scalar counts for all (checkpoints, the loop and the schedule read it).
+SEED_AXES = RunnerState(train_state=0, stages=0, key=0, update_step=None, hyper=0)
+
+
 def strongly_typed(tree):
     """Every leaf as its own strongly typed device array. A restored checkpoint is always strongly typed;
     starting that way means a resumed run reuses the compiled program. Fresh buffers per leaf also keep
@@ -98,7 +103,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     # Devices first: an indivisible --num-envs is a one-line error before anything is built or compiled.
     # With one device `shard` is the identity everywhere and the program is the single-device one.
     mesh = mesh_for(config)
-    shard = Sharder(mesh, config.num_envs, config.num_steps)
+    num_seeds = config.num_seeds
+    shard = Sharder(mesh, config.num_envs, config.num_steps, num_seeds=num_seeds)
     env = env or make_env(config.env)
     spec = env.spec
     network = nets.make_network(spec, config)  # raises ConfigError for --encoder cells on an env without cells
@@ -345,7 +351,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         shorter chunk reuses the same compiled program instead of compiling another."""
         # Through jit, the update is traced once: eval_shape caches the trace the cond below reuses (tracing the
         # HackMatrix step takes seconds). The inner jit is inlined into the chunk's program.
-        update = jax.jit(one_update)
+        update = jax.jit(one_update if num_seeds == 1 else
+                         jax.vmap(one_update, in_axes=(SEED_AXES, None), out_axes=(SEED_AXES, 0)))
         metric_shapes = jax.eval_shape(update, runner, None)[1]
 
         def maybe_update(runner, slot):
@@ -368,17 +375,28 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     # One program for the network, the optimizer, the env reset and the stages, not one compile per op. The
     # hyperparameters come in as arguments (the optimizer's initial learning rate replaced by them), so runs that
     # differ in --lr or --total-timesteps share this program, reset included, in the compilation cache.
-    @jax.jit
-    def fresh_runner_state(key: jax.Array, hyper: dict) -> RunnerState:
+    def fresh_agent(key: jax.Array, hyper: dict) -> RunnerState:
         key, key_net, *stage_keys = jax.random.split(key, len(pipeline) + 2)
         params = network.init(key_net, jnp.zeros((1, spec.obs_dim), jnp.float32))
         train_state = with_learning_rate(TrainState.create(apply_fn=network.apply, params=params, tx=tx), hyper["lr"])
         stages = {s.name: s.init(k) for s, k in zip(pipeline, stage_keys)}
         return RunnerState(train_state=train_state, stages=stages, key=key, update_step=jnp.int32(0), hyper=hyper)
 
+    # With --num-seeds S > 1, S agents: the same function vmapped over a [S] stack of keys and hyperparameters.
+    fresh_runner_state = jax.jit(fresh_agent if num_seeds == 1 else
+                                 jax.vmap(fresh_agent, in_axes=(0, 0), out_axes=SEED_AXES))
+
     def init_runner_state(seed: int) -> RunnerState:
-        hyper = {"lr": jnp.float32(config.lr), "num_updates": jnp.float32(config.num_updates)}
-        return shard.place(strongly_typed(fresh_runner_state(jax.random.PRNGKey(seed), hyper)))
+        """The fresh state of the run's agents: one agent seeded `seed`, or with --num-seeds S agents seeded
+        seed, seed+1, ..., seed+S-1 stacked on a leading axis (agent i's key is PRNGKey(seed + i), the key of a
+        single-seed run with that seed)."""
+        hyper = {"lr": config.lr, "num_updates": config.num_updates}
+        if num_seeds == 1:
+            key, hyper = jax.random.PRNGKey(seed), {k: jnp.float32(v) for k, v in hyper.items()}
+        else:
+            key = jnp.stack([jax.random.PRNGKey(seed + i) for i in range(num_seeds)])
+            hyper = {k: jnp.full((num_seeds,), v, jnp.float32) for k, v in hyper.items()}
+        return shard.place(strongly_typed(fresh_runner_state(key, hyper)))
 
     return Trainer(config=config, env=env, network=network, pipeline=pipeline,
                    runner_state=init_runner_state(config.seed), train_chunk=train_chunk,
