@@ -255,7 +255,11 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
         # Partial restore: decide which subtrees come fresh.
         fresh_prefixes = set()
         for name, old, new in differ:
-            if name.startswith("stages.rollout."):
+            if old is None and name.startswith(("hyper.", "train_state.opt_state.hyperparams.")):
+                # A hyperparameter that became data after the checkpoint was written: this run sets it from its
+                # config every update, so the fresh value is the right one.
+                fresh_prefixes.add(name + ".")
+            elif name.startswith("stages.rollout."):
                 fresh_prefixes.add("stages.rollout.")
             elif name.startswith("stages."):
                 fresh_prefixes.add("stages." + name.split(".")[1] + ".")
@@ -291,7 +295,8 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
                 out.append(np.asarray(_lookup(raw, path)))
         state = jax.tree_util.tree_unflatten(treedef, out)
         _verify_finite(state, ckpt)
-        return Restored(runner_state=_place(trainer, state), notes=notes, exact=False)
+        exact = all(p.startswith(("hyper.", "train_state.opt_state.hyperparams.")) for p in fresh_prefixes)
+        return Restored(runner_state=_place(trainer, state), notes=notes, exact=exact)
     finally:
         mgr.close()
 

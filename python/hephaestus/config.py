@@ -33,6 +33,11 @@ def env_defaults(env: str) -> dict:
     return {**FALLBACK_DEFAULTS, **ENV_DEFAULTS.get(env.partition(":")[0], {})}
 
 
+# PPO hyperparameters that are data, not compile-time constants: they live in `RunnerState.hyper` (float32, per
+# agent with --num-seeds), so runs and sweep points that differ only in them share one compiled program.
+DATA_HYPERPARAMETERS = ("lr", "gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm")
+
+
 class ConfigError(ValueError):
     """A configuration a run cannot start with; the message is one line, fit for the console."""
 
