@@ -69,7 +69,8 @@ def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrid
     compile_s = time.perf_counter() - t0
     release_freed_memory()  # as the training loop does
     state, _ = compiled(trainer.runner_state, n)  # warm-up run
-    sps = time_chunks(lambda s: compiled(s, n), state, updates_per_chunk * config.batch_size)
+    # With --num-seeds S the chunk trains S agents: its throughput counts all of their env steps.
+    sps = time_chunks(lambda s: compiled(s, n), state, updates_per_chunk * config.batch_size * config.num_seeds)
     from hephaestus.config import resolve_encoder, resolve_obs_dtype
 
     spec = trainer.env.spec
@@ -79,7 +80,8 @@ def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrid
     program_mib = (mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
                    - mem.alias_size_in_bytes) / 2**20 if mem is not None else float("nan")
     return {"compile_s": compile_s, "steps_per_s": sps,
-            "detail": f"setup {setup_s:.1f}s, {config.num_minibatches} mb x {config.update_epochs} ep, hidden {config.hidden_dim}, "
+            "detail": f"setup {setup_s:.1f}s, " + (f"{config.num_seeds} seeds, " if config.num_seeds > 1 else "") +
+                      f"{config.num_minibatches} mb x {config.update_epochs} ep, hidden {config.hidden_dim}, "
                       f"{resolve_encoder(config, spec)} encoder, obs {resolve_obs_dtype(config, spec)}, "
                       f"XLA buffers {program_mib:,.0f} MiB"}
 
@@ -142,6 +144,10 @@ CASES = {
                                               updates_per_chunk=100, hidden_dim=64, num_layers=2)),
     "cartpole-4x128-reference": (bench_reference, dict(env_id="CartPole-v1", num_envs=4, num_steps=128,
                                                        updates_per_chunk=100, hidden_dim=64, num_layers=2)),
+    # --num-seeds 4 in one program: its aggregate env steps/s against one seed's (4 separate runs one after
+    # another have the single run's rate). specs/pipeline.md, "Many seeds", has the measured ratios.
+    "cartpole-4x128-seeds4": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=4, num_steps=128,
+                                                     updates_per_chunk=100, hidden_dim=64, num_layers=2, num_seeds=4)),
     "cartpole-2048x128": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=2048, num_steps=128,
                                                  updates_per_chunk=1, hidden_dim=64, num_layers=2)),
     "cartpole-2048x128-reference": (bench_reference, dict(env_id="CartPole-v1", num_envs=2048, num_steps=128,
@@ -158,6 +164,11 @@ CASES = {
     # < 2 GiB, compile < 15 s.
     "hackmatrix-ppo-2048x128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
                                                        updates_per_chunk=1)),
+    # The same comparison on HackMatrix at a small size (CPU-sized): 64 envs x 32 steps, 1 seed vs 4 seeds.
+    "hackmatrix-ppo-64x32": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=64, num_steps=32,
+                                                    updates_per_chunk=4)),
+    "hackmatrix-ppo-64x32-seeds4": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=64, num_steps=32,
+                                                           updates_per_chunk=4, num_seeds=4)),
     "hackmatrix-ppo-2048x128-cells": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
                                                              updates_per_chunk=1, encoder="cells")),
     "hackmatrix-ppo-2048x128-f32": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,

@@ -9,6 +9,11 @@ import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# Vmapped training functions and flax initialisers (--num-seeds) can deadlock XLA's concurrency-optimised CPU
+# scheduler on a 2-core machine; set before jax starts (results are identical either way).
+if "--xla_cpu_enable_concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_cpu_enable_concurrency_optimized_scheduler=false").strip()
 os.environ["WANDB_MODE"] = "disabled"
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(ROOT, ".jax_cache", "tests"))

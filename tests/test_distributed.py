@@ -66,6 +66,17 @@ def test_sharded_cartpole_learns():
     assert r["last_return"] > 100, r["returns"]
 
 
+def test_two_seeds_on_eight_devices_replicate_seeds_split_envs_and_match_one_device():
+    r = scenario("seeds")
+    # --num-seeds 2: the seed axis is replicated and each seed's envs are split over the devices (specs/distributed.md).
+    for leaf in r["env_leaves"]:
+        assert leaf["spec"] == "P(None, 'data')" and leaf["devices"] == DEVICES, leaf
+        assert leaf["shard_shape"][:2] == [2, TINY["num_envs"] // DEVICES], leaf
+    assert r["params_spec"] == "P()" and r["params_seed_axis"] == 2
+    assert r["full_batch_param_diff"] < 1e-5, r
+    assert r["seeds_differ"]
+
+
 @pytest.mark.skipif(os.environ.get("HEPHAESTUS_MULTIHOST_TEST") != "1",
                     reason="2 processes x 4 CPU devices, ~2 min on 2 cores: set HEPHAESTUS_MULTIHOST_TEST=1")
 def test_two_processes_drive_one_mesh_and_match_one_device():
@@ -236,6 +247,28 @@ def _equivalence() -> dict:
     return out
 
 
+def _seeds() -> dict:
+    import jax
+
+    from hephaestus.ppo import make_train
+
+    base = _full_batch_config().replace(num_seeds=2)
+    trainer = make_train(base.replace(num_devices=DEVICES))
+    rollout = trainer.runner_state.stages["rollout"]
+    params = jax.tree.leaves(trainer.runner_state.train_state.params)[0]
+    out = {"env_leaves": [{"devices": len(x.sharding.device_set), "spec": str(x.sharding.spec),
+                           "shard_shape": list(x.addressable_shards[0].data.shape)}
+                          for x in jax.tree.leaves(rollout.env_state) if x.ndim > 1],
+           "params_spec": str(params.sharding.spec), "params_seed_axis": params.shape[0]}
+    runner8, _ = trainer.train_chunk(trainer.runner_state, 4)
+    _, runner1, _ = _train(base.replace(num_devices=1), 4)
+    p1, p8 = _params_vector(runner1), _params_vector(runner8)
+    out["full_batch_param_diff"] = float(np.abs(p1 - p8).max())
+    first = jax.device_get(jax.tree.leaves(runner8.train_state.params)[0])
+    out["seeds_differ"] = bool(not np.allclose(first[0], first[1]))
+    return out
+
+
 def _learn() -> dict:
     import jax
     import jax.numpy as jnp
@@ -255,4 +288,4 @@ def _learn() -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps({"equivalence": _equivalence, "learn": _learn, "multihost": _multihost}[sys.argv[1]](*sys.argv[2:])))
+    print(json.dumps({"equivalence": _equivalence, "learn": _learn, "multihost": _multihost, "seeds": _seeds}[sys.argv[1]](*sys.argv[2:])))

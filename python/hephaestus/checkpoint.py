@@ -8,6 +8,8 @@ Layout of one run (`<checkpoint-dir>/<run-name>/`):
         meta/                JSON: resolved config, package version, env, network shape, update, env_steps,
                              the last metrics record
     params_<update>.npz      the parameters beside each checkpoint, loadable with numpy alone (export.py)
+                             (with --num-seeds S: every leaf of state/ and of the npz has a leading [S] seed axis,
+                             except the update counter; meta's config records num_seeds)
     final_params.npz         the parameters at the end of the run (or where it was stopped)
 
 orbax writes each step into a temporary directory and renames it when complete, so a crash or kill during a
@@ -244,8 +246,12 @@ NETWORK_FIELD_DEFAULTS = {"encoder": "mlp"}
 
 
 def check_compatible(ckpt: Checkpoint, config, network_meta: dict) -> None:
-    """Refuse a checkpoint of another env or network shape with one line naming the mismatch."""
+    """Refuse a checkpoint of another env, seed count or network shape with one line naming the mismatch."""
     theirs = ckpt.meta
+    saved_seeds = ckpt.config.get("num_seeds", 1)  # checkpoints before --num-seeds hold one agent
+    if saved_seeds != config.num_seeds:
+        raise CheckpointError(f"{ckpt.path}: checkpoint holds {saved_seeds} seed(s), this run asks for --num-seeds "
+                              f"{config.num_seeds}; resume with --num-seeds {saved_seeds}")
     if theirs.get("env") != config.env:
         raise CheckpointError(f"{ckpt.path}: checkpoint is for env {theirs.get('env')!r}, this run is "
                               f"{config.env!r}")
@@ -309,7 +315,11 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
         # Partial restore: decide which subtrees come fresh.
         fresh_prefixes = set()
         for name, old, new in differ:
-            if name.startswith("stages.rollout."):
+            if old is None and name.startswith(("hyper.", "train_state.opt_state.hyperparams.")):
+                # A hyperparameter that became data after the checkpoint was written: this run sets it from its
+                # config every update, so the fresh value is the right one.
+                fresh_prefixes.add(name + ".")
+            elif name.startswith("stages.rollout."):
                 fresh_prefixes.add("stages.rollout.")
             elif name.startswith("stages."):
                 fresh_prefixes.add("stages." + name.split(".")[1] + ".")
@@ -345,7 +355,8 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
                 out.append(np.asarray(_lookup(raw, path)))
         state = jax.tree_util.tree_unflatten(treedef, out)
         _verify_finite(state, ckpt)
-        return Restored(runner_state=_place(trainer, state), notes=notes, exact=False)
+        exact = all(p.startswith(("hyper.", "train_state.opt_state.hyperparams.")) for p in fresh_prefixes)
+        return Restored(runner_state=_place(trainer, state), notes=notes, exact=exact)
     finally:
         mgr.close()
 
@@ -457,7 +468,9 @@ class Checkpointer:
         from hephaestus import __version__
 
         config = self.trainer.config
-        clean = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in (record or {}).items()}
+        from hephaestus.sinks import json_clean
+
+        clean = json_clean(dict(record or {}))
         return {"format": FORMAT, "version": __version__, "env": config.env, "network": self.network,
                 "update": int(update), "env_steps": int(update) * config.batch_size, "config": config.to_dict(),
                 "last_metrics": clean, "saved_at": time.time()}
@@ -507,7 +520,8 @@ class Checkpointer:
 
         config = self.trainer.config
         return save_params_npz(path, params, env=config.env, network=self.network, update=step,
-                               env_steps=step * config.batch_size, config=config.to_dict())
+                               env_steps=step * config.batch_size, config=config.to_dict(),
+                               num_seeds=config.num_seeds)
 
     def _prune_exports(self, newest: int) -> None:
         keep = set(self.manager.all_steps()) | {newest}

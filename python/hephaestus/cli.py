@@ -123,10 +123,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("run")
     g.add_argument("--seed", type=int, default=d.seed, help="PRNG seed (default: %(default)s)")
+    g.add_argument("--num-seeds", type=int, default=d.num_seeds,
+                   help="independent agents trained together by one vmapped program, seeded --seed, --seed+1, ...; "
+                        "metrics hold their mean, std, IQM and per-seed values (default: %(default)s)")
     g.add_argument("--log-interval", type=int, default=d.log_interval,
                    help="PPO updates per compiled chunk, i.e. per console line (default: %(default)s)")
     g.add_argument("--run-name", default="", help="name of the run and of checkpoints/<run-name>/ "
-                   "(default: <env>_s<seed>)")
+                   "(default: <env>_s<seed>, or <env>_s<first>-<last> with --num-seeds)")
     g.add_argument("--checkpoint-dir", default=d.checkpoint_dir,
                    help="where run folders go (default: %(default)s)")
 
@@ -177,7 +180,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         clip_eps=args.clip_eps, vf_coef=args.vf_coef, ent_coef=args.ent_coef, max_grad_norm=args.max_grad_norm,
         hidden_dim=args.hidden_dim, num_layers=args.num_layers, activation=args.activation, dtype=args.dtype,
         encoder=args.encoder, cell_dim=args.cell_dim, obs_dtype=args.obs_dtype,
-        extra_stages=extra, **dtc_fields(args), seed=args.seed, log_interval=args.log_interval, run_name=args.run_name,
+        extra_stages=extra, **dtc_fields(args), seed=args.seed, num_seeds=args.num_seeds, log_interval=args.log_interval, run_name=args.run_name,
         checkpoint_dir=args.checkpoint_dir, num_devices=args.num_devices, distributed=args.distributed,
         keep_checkpoints=args.keep_checkpoints, save_interval_minutes=args.save_interval_minutes,
         save_interval=args.save_interval, resume=args.resume, keep_optimizer=args.keep_optimizer,

@@ -35,6 +35,11 @@ def env_defaults(env: str) -> dict:
     return {**FALLBACK_DEFAULTS, **ENV_DEFAULTS.get(env.partition(":")[0], {})}
 
 
+# PPO hyperparameters that are data, not compile-time constants: they live in `RunnerState.hyper` (float32, per
+# agent with --num-seeds), so runs and sweep points that differ only in them share one compiled program.
+DATA_HYPERPARAMETERS = ("lr", "gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm")
+
+
 class ConfigError(ValueError):
     """A configuration a run cannot start with; the message is one line, fit for the console."""
 
@@ -109,6 +114,9 @@ class TrainConfig:
     dtc_max_horizon: int = 64
     # bookkeeping
     seed: int = 0
+    # Independent agents trained by one vmapped program (specs/pipeline.md, "Many seeds"): agent i is seeded
+    # with seed + i and is exactly the single-seed run of that seed. 1: the single-agent program, no seed axis.
+    num_seeds: int = 1
     log_interval: int = 10  # PPO updates per compiled chunk, i.e. per console line
     run_name: str = ""
     checkpoint_dir: str = "checkpoints"
@@ -197,7 +205,8 @@ def resolve(config: TrainConfig) -> tuple[TrainConfig, str]:
         raise
     if not config.run_name:
         env_tag = config.env.replace(":", "-").replace("/", "-")
-        config = config.replace(run_name=f"{env_tag}_s{config.seed}")
+        seeds = f"{config.seed}" if config.num_seeds == 1 else f"{config.seed}-{config.seed + config.num_seeds - 1}"
+        config = config.replace(run_name=f"{env_tag}_s{seeds}")
     return config, note
 
 
@@ -209,7 +218,7 @@ def validate(config: TrainConfig) -> None:
     if not -2**63 <= config.seed < 2**63:
         raise ConfigError(f"--seed must fit in 64 bits (-2^63 to 2^63-1), got {config.seed}")
     positive = ("num_envs", "num_steps", "total_timesteps", "num_minibatches", "update_epochs",
-                "hidden_dim", "log_interval")
+                "hidden_dim", "log_interval", "num_seeds")
     for name in positive:
         if getattr(config, name) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")

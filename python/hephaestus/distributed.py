@@ -107,9 +107,12 @@ class Sharder:
     """Sharding rules for one run. Leaves whose leading axis is the env axis are split over `data`; the rest
     is replicated. Every method is the identity when `mesh is None`."""
 
-    def __init__(self, mesh: Mesh | None, num_envs: int, num_steps: int):
+    def __init__(self, mesh: Mesh | None, num_envs: int, num_steps: int, num_seeds: int = 1):
         self.mesh, self.num_envs, self.num_steps = mesh, num_envs, num_steps
         self.num_devices = 1 if mesh is None else mesh.size
+        # --num-seeds S > 1: runner-state leaves have a leading [S] seed axis, replicated (every device holds its
+        # share of every seed's envs). Inside the vmapped update the per-seed rules below apply unchanged.
+        self.seed_axis = num_seeds > 1
 
     @property
     def active(self) -> bool:
@@ -127,10 +130,16 @@ class Sharder:
 
     def runner_shardings(self, runner) -> Any:
         """NamedSharding per leaf of a RunnerState: stage states with a leading env axis (env states,
-        observations, episode accumulators) over `data`; train state, key, counters, hyper replicated."""
+        observations, episode accumulators) over `data`; train state, key, counters, hyper replicated. With
+        several seeds the env axis is the second one, after the replicated seed axis."""
         replicated = self.named()
         shardings = jax.tree.map(lambda _: replicated, runner)
-        stage_shardings = jax.tree.map(lambda x: self.named(*self._leading_env(np.shape(x))), runner.stages)
+        if self.seed_axis:
+            rule = lambda x: self.named(*((None,) + self._leading_env(np.shape(x)[1:]))) if np.ndim(x) > 1 \
+                else replicated
+        else:
+            rule = lambda x: self.named(*self._leading_env(np.shape(x)))
+        stage_shardings = jax.tree.map(rule, runner.stages)
         return shardings.replace(stages=stage_shardings)
 
     def _leading_env(self, shape) -> tuple:

@@ -5,7 +5,9 @@ Layout of the file:
   `__meta__`        a 0-d unicode array holding JSON: format version, package version, env name, network shape
                     (`obs_dim`, `action_dim`, `discrete`, `hidden_dim`, `num_layers`, `activation`, `encoder`,
                     `obs_dtype`, and `obs_cells`/`cell_dim` for the cells encoder), `update`,
-                    `env_steps`, and the resolved config.
+                    `env_steps`, `num_seeds`, and the resolved config.
+                    With `num_seeds` S > 1 (a --num-seeds run) every parameter has a leading [S] axis, one row per
+                    seed (seed --seed + i in row i); `select_seed` picks one agent's parameters.
 
 `load_params_npz` rebuilds the flax params tree and the metadata; `network_from_meta` rebuilds the module.
 """
@@ -64,12 +66,12 @@ def network_meta(spec, config) -> dict:
 
 
 def save_params_npz(path: str, params, *, env: str, network: dict, update: int = 0, env_steps: int = 0,
-                    config: dict | None = None) -> str:
+                    config: dict | None = None, num_seeds: int = 1) -> str:
     """Write atomically (temp file + rename), so a crash never leaves a half-written export."""
     from hephaestus import __version__
 
     meta = {"format": FORMAT, "version": __version__, "env": env, "network": network, "update": int(update),
-            "env_steps": int(env_steps), "config": config or {}}
+            "env_steps": int(env_steps), "num_seeds": int(num_seeds), "config": config or {}}
     arrays = flatten_params(params)
     arrays[META_KEY] = np.array(json.dumps(meta))
     directory = os.path.dirname(os.path.abspath(path))
@@ -103,6 +105,26 @@ def load_params_npz(path: str) -> tuple[dict, dict]:
     if meta.get("format") != FORMAT:
         raise ExportError(f"{path}: unknown parameter format {meta.get('format')!r}")
     return unflatten_params(flat), meta
+
+
+def num_seeds_of(meta: dict) -> int:
+    """Agents in a parameter file (files before --num-seeds hold one)."""
+    return int(meta.get("num_seeds", 1))
+
+
+def select_seed(params: dict, meta: dict, index: int | None, path: str = "parameters") -> tuple[dict, int]:
+    """(one agent's parameters, its index) from a file's params: row `index` of a multi-seed file (default 0),
+    or the file's only agent (index 0 or None). Raises ExportError (one line) for an index out of range."""
+    import jax
+
+    n = num_seeds_of(meta)
+    chosen = 0 if index is None else index
+    if not 0 <= chosen < n:
+        held = f"seed indices 0..{n - 1}" if n > 1 else "one seed (index 0)"
+        raise ExportError(f"--seed-index {chosen} is out of range: {path} holds {held}")
+    if n == 1:
+        return params, 0
+    return jax.tree.map(lambda x: np.asarray(x)[chosen], params), chosen
 
 
 def network_from_meta(meta: dict, dtype: str = "float32"):

@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol
 import jax
 import numpy as np
 
-from hephaestus.sinks import HealthMonitor, chunk_reduce
+from hephaestus.sinks import HealthMonitor, chunk_reduce, seeds_reduce
 
 
 class TrainingError(RuntimeError):
@@ -99,6 +99,7 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print) -> 
     config = trainer.config
     runner = trainer.runner_state
     steps_per_update = config.batch_size
+    num_seeds = getattr(config, "num_seeds", 1)
     done_updates = int(jax.device_get(runner.update_step))
     total_updates = config.num_updates
     health = HealthMonitor()
@@ -129,12 +130,14 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print) -> 
         if masked:
             raise TrainingError(f"the environment produced {masked:.0f} observations with no valid action "
                                 f"(fully masked action mask) before update {done_updates}")
+        # env_steps count one agent's experience (the x axis of its learning curve); steps_per_second is the
+        # program's throughput, all seeds together.
         record = {"update": done_updates, "env_steps": done_updates * steps_per_update,
                   "total_env_steps": total_updates * steps_per_update, "wall_seconds": run_seconds,
-                  "steps_per_second": n * steps_per_update / max(seconds, 1e-9)}
+                  "steps_per_second": n * steps_per_update * num_seeds / max(seconds, 1e-9)}
         avg_sps = (done_updates - start_updates) * steps_per_update / max(run_seconds, 1e-9)
         record["eta_seconds"] = (total_updates - done_updates) * steps_per_update / max(avg_sps, 1e-9)
-        record.update(chunk_reduce(metrics))
+        record.update(chunk_reduce(metrics) if num_seeds == 1 else seeds_reduce(metrics))
         result.records.append(record)
         for sink in list(sinks):
             try:

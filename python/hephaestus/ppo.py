@@ -20,7 +20,7 @@ from flax import struct
 from flax.training.train_state import TrainState
 
 from hephaestus import networks as nets
-from hephaestus.config import TrainConfig, resolve_obs_dtype
+from hephaestus.config import DATA_HYPERPARAMETERS, TrainConfig, resolve_obs_dtype
 from hephaestus.distributed import Sharder, mesh_for
 from hephaestus.envs.adapters import AdaptedEnv
 from hephaestus.envs.registry import make_env
@@ -50,7 +50,12 @@ class RunnerState:
     stages: dict  # stage name -> that stage's own state
     key: jax.Array
     update_step: jax.Array  # int32[], PPO updates done so far
-    hyper: dict  # float32 scalars kept as data (lr, anneal horizon) so they are not baked into the program
+    hyper: dict  # float32 scalars kept as data (DATA_HYPERPARAMETERS, anneal horizon), not baked into the program
+
+
+# With --num-seeds S > 1 every leaf of the runner state carries a leading [S] seed axis except the update counter:
+# the agents step in lockstep, so one scalar counts for all (checkpoints, the loop and the schedule read it).
+SEED_AXES = RunnerState(train_state=0, stages=0, key=0, update_step=None, hyper=0)
 
 
 def strongly_typed(tree):
@@ -60,20 +65,32 @@ def strongly_typed(tree):
     return jax.tree.map(lambda x: jnp.asarray(np.array(x)), tree)
 
 
-def with_learning_rate(train_state: TrainState, lr: jax.Array) -> TrainState:
-    """`train_state` whose optimizer (optax.inject_hyperparams) steps with `lr`."""
+def with_optimizer_hyperparams(train_state: TrainState, lr: jax.Array, max_grad_norm: jax.Array) -> TrainState:
+    """`train_state` whose optimizer (optax.inject_hyperparams) steps with `lr` and clips at `max_grad_norm`."""
     opt_state = train_state.opt_state
-    return train_state.replace(opt_state=opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": lr}))
+    hyperparams = {**opt_state.hyperparams, "learning_rate": lr, "max_grad_norm": max_grad_norm}
+    return train_state.replace(opt_state=opt_state._replace(hyperparams=hyperparams))
 
 
 def make_optimizer(config: TrainConfig):
-    # inject_hyperparams keeps the learning rate in the optimizer *state*, so runs that differ only in
-    # --lr share one compiled program (and the persistent compilation cache).
-    def chain(learning_rate):
-        return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
-                           optax.adam(learning_rate, eps=1e-5))
+    # inject_hyperparams keeps the learning rate and the clip norm in the optimizer *state*, so runs that differ
+    # only in --lr or --max-grad-norm share one compiled program (and the persistent compilation cache).
+    def chain(learning_rate, max_grad_norm):
+        return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=1e-5))
 
-    return optax.inject_hyperparams(chain)(learning_rate=config.lr)
+    return optax.inject_hyperparams(chain)(learning_rate=config.lr, max_grad_norm=config.max_grad_norm)
+
+
+def initial_hyper(config: TrainConfig, **overrides) -> dict:
+    """An agent's `RunnerState.hyper`: the data hyperparameters (config values, or `overrides`) and the anneal
+    horizon, as Python floats (the caller makes them float32 arrays)."""
+    unknown = set(overrides) - set(DATA_HYPERPARAMETERS)
+    if unknown:
+        raise ValueError(f"not data hyperparameters: {', '.join(sorted(unknown))}")
+    hyper = {name: float(getattr(config, name)) for name in DATA_HYPERPARAMETERS}
+    hyper.update({k: float(v) for k, v in overrides.items()})
+    hyper["num_updates"] = float(config.num_updates)
+    return hyper
 
 
 @dataclass
@@ -86,6 +103,7 @@ class Trainer:
     train_chunk: Callable  # (runner_state, num_updates=log_interval) -> (runner_state, metrics[log_interval])
     compiled_chunk: Callable  # the jitted (runner_state, num_updates) -> ..., for AOT lowering and benchmarks
     init_runner_state: Callable[[int], RunnerState]  # seed -> fresh runner state (placed on the mesh)
+    init_agents: Callable  # (seeds, hyperparameter overrides per agent) -> fresh runner state (sweeps)
     fresh_runner_state: Callable  # the jitted (key, hyper) -> runner state it places, for AOT lowering
     mesh: Any = None  # jax.sharding.Mesh over the `data` axis, or None with one device (distributed.py)
     sharder: Sharder | None = None  # the sharding rules; `sharder.place(runner)` puts a restored state on the mesh
@@ -98,7 +116,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     # Devices first: an indivisible --num-envs is a one-line error before anything is built or compiled.
     # With one device `shard` is the identity everywhere and the program is the single-device one.
     mesh = mesh_for(config)
-    shard = Sharder(mesh, config.num_envs, config.num_steps)
+    num_seeds = config.num_seeds
+    shard = Sharder(mesh, config.num_envs, config.num_steps, num_seeds=num_seeds)
     env = env or make_env(config.env)
     spec = env.spec
     network = nets.make_network(spec, config)  # raises ConfigError for --encoder cells on an env without cells
@@ -217,12 +236,16 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     # Stage 2: advantage (GAE). The trace is cut at every episode end; the next value is the bootstrap
     # value on truncation and zero on termination.
 
-    def advantage_apply(key, train_state, batch, state):
+    # The core stages below read the data hyperparameters from `hyper`: one_update passes the agent's
+    # RunnerState.hyper (traced, per seed); called on their own (tests) they use the config's values.
+    config_hyper = initial_hyper(config)
+
+    def advantage_apply(key, train_state, batch, state, hyper=config_hyper):
         done = jnp.logical_or(batch["terminated"], batch["truncated"])
         next_value = jnp.concatenate([batch["value"][1:], batch["last_value"][None]], axis=0)
         next_value = jnp.where(done, batch["bootstrap_value"], next_value)
         advantage = gae(batch["reward"], batch["value"], next_value, batch["terminated"], done,
-                        config.gamma, config.gae_lambda)
+                        hyper["gamma"], hyper["gae_lambda"])
         target = advantage + batch["value"]
         residual_var = jnp.var(target - batch["value"])
         explained_variance = 1.0 - residual_var / jnp.maximum(jnp.var(target), 1e-8)
@@ -238,29 +261,30 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     minibatch_size = batch_size // num_minibatches
     train_keys = ("obs", "action_mask", "action", "log_prob", "value", "advantage", "target")
 
-    def loss_fn(params, mb):
+    def loss_fn(params, mb, hyper):
         log_prob, entropy, value = evaluate(params, mb["obs"], mb["action_mask"], mb["action"])
         log_ratio = log_prob - mb["log_prob"]
         ratio = jnp.exp(log_ratio)
         adv = mb["advantage"]
         if config.normalize_advantages:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        pg_loss = -jnp.mean(jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - config.clip_eps, 1 + config.clip_eps) * adv))
+        clip_eps = hyper["clip_eps"]
+        pg_loss = -jnp.mean(jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * adv))
         if config.clip_value_loss:
-            value_clipped = mb["value"] + jnp.clip(value - mb["value"], -config.clip_eps, config.clip_eps)
+            value_clipped = mb["value"] + jnp.clip(value - mb["value"], -clip_eps, clip_eps)
             vf_loss = 0.5 * jnp.mean(jnp.maximum((value - mb["target"]) ** 2, (value_clipped - mb["target"]) ** 2))
         else:
             vf_loss = 0.5 * jnp.mean((value - mb["target"]) ** 2)
         entropy = jnp.mean(entropy)
-        total = pg_loss + config.vf_coef * vf_loss - config.ent_coef * entropy
+        total = pg_loss + hyper["vf_coef"] * vf_loss - hyper["ent_coef"] * entropy
         stats = {"pg_loss": pg_loss, "vf_loss": vf_loss, "entropy": entropy, "total_loss": total,
                  "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
-                 "clip_frac": jnp.mean((jnp.abs(ratio - 1.0) > config.clip_eps).astype(jnp.float32))}
+                 "clip_frac": jnp.mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32))}
         return total, stats
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def ppo_update_apply(key, train_state, batch, state):
+    def ppo_update_apply(key, train_state, batch, state, hyper=config_hyper):
         flat = {k: batch[k].reshape((batch_size,) + batch[k].shape[2:]) for k in train_keys}
 
         flat["obs"] = storage.to_gather(flat["obs"])
@@ -268,7 +292,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         def minibatch_step(train_state, idx):
             mb = jax.tree.map(lambda x: jnp.take(x, idx, axis=0), flat)
             mb["obs"] = storage.from_gather(mb["obs"])
-            (_, stats), grads = grad_fn(train_state.params, mb)
+            (_, stats), grads = grad_fn(train_state.params, mb, hyper)
             stats["grad_norm"] = optax.tree.norm(grads)
             return train_state.apply_gradients(grads=grads), stats
 
@@ -287,7 +311,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     rows = batch_size // num_devices
     row_minibatch = rows // num_minibatches
 
-    def sharded_ppo_update_apply(key, train_state, batch, state):
+    def sharded_ppo_update_apply(key, train_state, batch, state, hyper=config_hyper):
         def to_rows(x):  # [T, N, ...] -> [D, T * N/D, ...]
             x = x.reshape((num_steps, num_devices, num_envs // num_devices) + x.shape[2:])
             return shard.constrain(jnp.swapaxes(x, 0, 1).reshape((num_devices, rows) + x.shape[3:]), "data")
@@ -300,7 +324,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             mb = jax.tree.map(lambda x: shard.constrain(x.reshape((minibatch_size,) + x.shape[2:]), "data"),
                               shard.constrain(mb, "data"))
             mb["obs"] = storage.from_gather(mb["obs"])
-            (_, stats), grads = grad_fn(train_state.params, mb)
+            (_, stats), grads = grad_fn(train_state.params, mb, hyper)
             grads = shard.replicate(grads)
             stats["grad_norm"] = optax.tree.norm(grads)
             return train_state.apply_gradients(grads=grads), stats
@@ -314,6 +338,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         train_state, stats = jax.lax.scan(epoch, train_state, jax.random.split(key, config.update_epochs))
         return train_state, batch, state, jax.tree.map(jnp.mean, stats)
 
+    # Core stages whose apply takes the agent's data hyperparameters (`hyper=`).
+    HYPER_STAGES = ("advantage", "ppo_update")
     core = {"rollout": Stage("rollout", rollout_apply, rollout_init),
             "advantage": Stage("advantage", advantage_apply),
             "ppo_update": Stage("ppo_update", sharded_ppo_update_apply if shard.active else ppo_update_apply)}
@@ -324,16 +350,18 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
 
     def one_update(runner: RunnerState, _):
         key, *stage_keys = jax.random.split(runner.key, len(pipeline) + 1)
+        hyper = runner.hyper
         if config.anneal_lr:
-            frac = 1.0 - runner.update_step.astype(jnp.float32) / runner.hyper["num_updates"]
-            lr = runner.hyper["lr"] * jnp.maximum(frac, 0.0)
+            frac = 1.0 - runner.update_step.astype(jnp.float32) / hyper["num_updates"]
+            lr = hyper["lr"] * jnp.maximum(frac, 0.0)
         else:
-            lr = runner.hyper["lr"]
-        train_state = with_learning_rate(runner.train_state, lr)
+            lr = hyper["lr"]
+        train_state = with_optimizer_hyperparams(runner.train_state, lr, hyper["max_grad_norm"])
         batch, stage_states, metrics = None, dict(runner.stages), {"learning_rate": lr}
         for stage, stage_key in zip(pipeline, stage_keys):
+            data = {"hyper": hyper} if stage.name in HYPER_STAGES else {}
             train_state, batch, stage_states[stage.name], stage_metrics = stage.apply(
-                stage_key, train_state, batch, stage_states[stage.name])
+                stage_key, train_state, batch, stage_states[stage.name], **data)
             batch = shard.constrain_batch(batch)  # keep every stage's output split over envs
             metrics.update(stage_metrics)
         runner = runner.replace(train_state=train_state, stages=stage_states, key=key,
@@ -345,7 +373,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         shorter chunk reuses the same compiled program instead of compiling another."""
         # Through jit, the update is traced once: eval_shape caches the trace the cond below reuses (tracing the
         # HackMatrix step takes seconds). The inner jit is inlined into the chunk's program.
-        update = jax.jit(one_update)
+        update = jax.jit(one_update if num_seeds == 1 else
+                         jax.vmap(one_update, in_axes=(SEED_AXES, None), out_axes=(SEED_AXES, 0)))
         metric_shapes = jax.eval_shape(update, runner, None)[1]
 
         def maybe_update(runner, slot):
@@ -368,21 +397,42 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     # One program for the network, the optimizer, the env reset and the stages, not one compile per op. The
     # hyperparameters come in as arguments (the optimizer's initial learning rate replaced by them), so runs that
     # differ in --lr or --total-timesteps share this program, reset included, in the compilation cache.
-    @jax.jit
-    def fresh_runner_state(key: jax.Array, hyper: dict) -> RunnerState:
+    def fresh_agent(key: jax.Array, hyper: dict) -> RunnerState:
         key, key_net, *stage_keys = jax.random.split(key, len(pipeline) + 2)
         params = network.init(key_net, jnp.zeros((1, spec.obs_dim), jnp.float32))
-        train_state = with_learning_rate(TrainState.create(apply_fn=network.apply, params=params, tx=tx), hyper["lr"])
+        train_state = with_optimizer_hyperparams(TrainState.create(apply_fn=network.apply, params=params, tx=tx),
+                                                 hyper["lr"], hyper["max_grad_norm"])
         stages = {s.name: s.init(k) for s, k in zip(pipeline, stage_keys)}
         return RunnerState(train_state=train_state, stages=stages, key=key, update_step=jnp.int32(0), hyper=hyper)
 
+    # With --num-seeds S > 1, S agents: the same function vmapped over a [S] stack of keys and hyperparameters.
+    fresh_runner_state = jax.jit(fresh_agent if num_seeds == 1 else
+                                 jax.vmap(fresh_agent, in_axes=(0, 0), out_axes=SEED_AXES))
+
+    def init_agents(seeds, hypers=None) -> RunnerState:
+        """The fresh state of `num_seeds` agents: agent i starts from PRNGKey(seeds[i]) (the key of a single run
+        with that seed) with the data hyperparameters `hypers[i]` (a dict overriding the config's values, e.g.
+        a sweep point; default none). With --num-seeds 1 the state has no seed axis."""
+        hypers = list(hypers) if hypers is not None else [{}] * len(seeds)
+        if len(seeds) != num_seeds or len(hypers) != num_seeds:
+            raise ValueError(f"{len(seeds)} seeds and {len(hypers)} hyperparameter sets for {num_seeds} agents")
+        rows = [initial_hyper(config, **h) for h in hypers]
+        if num_seeds == 1:
+            key, hyper = jax.random.PRNGKey(seeds[0]), {k: jnp.float32(v) for k, v in rows[0].items()}
+        else:
+            key = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
+            hyper = {k: jnp.asarray([r[k] for r in rows], jnp.float32) for k in rows[0]}
+        return shard.place(strongly_typed(fresh_runner_state(key, hyper)))
+
     def init_runner_state(seed: int) -> RunnerState:
-        hyper = {"lr": jnp.float32(config.lr), "num_updates": jnp.float32(config.num_updates)}
-        return shard.place(strongly_typed(fresh_runner_state(jax.random.PRNGKey(seed), hyper)))
+        """The fresh state of the run's agents: one agent seeded `seed`, or with --num-seeds S agents seeded
+        seed, seed+1, ..., seed+S-1 stacked on a leading axis (agent i's key is PRNGKey(seed + i), the key of a
+        single-seed run with that seed)."""
+        return init_agents([seed + i for i in range(num_seeds)])
 
     return Trainer(config=config, env=env, network=network, pipeline=pipeline,
                    runner_state=init_runner_state(config.seed), train_chunk=train_chunk,
-                   compiled_chunk=compiled_chunk, init_runner_state=init_runner_state,
+                   compiled_chunk=compiled_chunk, init_runner_state=init_runner_state, init_agents=init_agents,
                    fresh_runner_state=fresh_runner_state, mesh=mesh, sharder=shard)
 
 

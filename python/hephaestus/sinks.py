@@ -4,6 +4,10 @@ Each sink has `write(record)` and `close()`. A record is a flat dict of Python f
 `env_steps`, `total_env_steps`, `update`, `wall_seconds`, `steps_per_second`, `eta_seconds`, and every metric
 the chunk returned, reduced over the chunk's updates (`chunk_reduce`). wandb and TensorBoard sinks follow the
 same interface.
+
+A multi-seed run (--num-seeds S) reduces each seed's metrics the same way, then `seeds_reduce` makes the record:
+every key holds the mean over seeds, headline keys add `<key>/std` and `<key>/iqm`, and `per_seed` holds the
+per-seed values (`{"<key>": [v0, v1, ...]}`; only metrics.jsonl keeps it - wandb/TensorBoard get the numbers).
 """
 
 from __future__ import annotations
@@ -36,6 +40,47 @@ def chunk_reduce(metrics: dict) -> dict:
     return out
 
 
+# Keys that, in a multi-seed record, also get `<key>/std` and `<key>/iqm` (eval/ and episode/ keys do too).
+HEADLINE = ("mean_episode_return", "mean_episode_length", "stats/highest_stage")
+SPREAD_SUFFIXES = ("/std", "/iqm")
+
+
+def iqm(values) -> float:
+    """Interquartile mean: the mean of the middle half, cutting int(n/4) values from each end (as
+    scipy.stats.trim_mean(x, 0.25) and rliable do; with fewer than 4 values it is the mean)."""
+    values = np.sort(np.asarray(values, dtype=np.float64))
+    cut = len(values) // 4
+    return float(values[cut:len(values) - cut].mean())
+
+
+def seeds_reduce(metrics: dict) -> dict:
+    """Metrics of a multi-seed chunk, each [updates, seeds] -> one record: every key holds the mean over seeds of
+    the per-seed `chunk_reduce` value; headline keys add `<key>/std` (sample std over seeds) and `<key>/iqm`;
+    `per_seed` maps every key to the list of per-seed values."""
+    num_seeds = np.shape(next(iter(metrics.values())))[1]
+    per_seed = [chunk_reduce({k: np.asarray(v)[:, i] for k, v in metrics.items()}) for i in range(num_seeds)]
+    out = {}
+    for key in per_seed[0]:
+        values = np.array([r[key] for r in per_seed])
+        out[key] = float(values.mean())
+        if key in HEADLINE or key.startswith(("eval/", "episode/")):
+            out[f"{key}/std"] = float(values.std(ddof=1)) if num_seeds > 1 else 0.0
+            out[f"{key}/iqm"] = iqm(values)
+    out["per_seed"] = {key: [r[key] for r in per_seed] for key in per_seed[0]}
+    return out
+
+
+def json_clean(value):
+    """A record value as JSON: non-finite floats become null, nested dicts and lists included."""
+    if isinstance(value, dict):
+        return {k: json_clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_clean(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def format_duration(seconds: float) -> str:
     if not math.isfinite(seconds):
         return "?"
@@ -52,14 +97,20 @@ def format_count(n: float) -> str:
     return f"{n:.0f}"
 
 
+def spread(r: dict, key: str, digits: int) -> str:
+    """"12.30", or "12.30 ± 4.50" (mean ± std over seeds) in a multi-seed record."""
+    text = f"{r[key]:.{digits}f}"
+    return text + f" ± {r[key + '/std']:.{digits}f}" if key + "/std" in r else text
+
+
 class ConsoleSink:
     def __init__(self, stream=None):
         self.stream = stream or sys.stdout
 
     def write(self, r: dict) -> None:
         line = (f"[{r['env_steps']:>12,}/{r['total_env_steps']:,}] {format_count(r['steps_per_second'])} steps/s "
-                f"ETA {format_duration(r['eta_seconds'])} | return {r['mean_episode_return']:.2f} "
-                f"len {r['mean_episode_length']:.1f} | ent {r['entropy']:.3f} kl {r['approx_kl']:.4f} "
+                f"ETA {format_duration(r['eta_seconds'])} | return {spread(r, 'mean_episode_return', 2)} "
+                f"len {spread(r, 'mean_episode_length', 1)} | ent {r['entropy']:.3f} kl {r['approx_kl']:.4f} "
                 f"clip {r['clip_frac']:.3f}")
         print(line, file=self.stream, flush=True)
 
@@ -84,8 +135,7 @@ class JsonlSink:
                     self.file.write("\n")
 
     def write(self, record: dict) -> None:
-        clean = {k: (v if isinstance(v, (int, str)) or math.isfinite(v) else None) for k, v in record.items()}
-        self.file.write(json.dumps(clean) + "\n")
+        self.file.write(json.dumps(json_clean(record)) + "\n")
 
     def close(self) -> None:
         self.file.close()
@@ -150,6 +200,9 @@ def metric_key(key: str) -> str | None:
         return key
     if key in ("total_env_steps", "eta_seconds"):
         return None
+    for suffix in SPREAD_SUFFIXES:  # multi-seed spread: train/mean_episode_return/std, eval/return/iqm
+        if key.endswith(suffix):
+            return metric_key(key[:-len(suffix)]) + suffix
     return key if "/" in key else f"train/{key}"
 
 

@@ -200,14 +200,18 @@ class EpisodeResult:
 class Player:
     """Loads a parameter file and plays episodes with the jitted policy and env step."""
 
-    def __init__(self, params_path: str, env_override: str | None = None, greedy: bool = True):
+    def __init__(self, params_path: str, env_override: str | None = None, greedy: bool = True,
+                 seed_index: int | None = None):
         from hephaestus.envs.registry import UnknownEnvError, make_env
-        from hephaestus.export import ExportError, load_params_npz, network_from_meta
+        from hephaestus.export import ExportError, load_params_npz, network_from_meta, num_seeds_of, select_seed
 
         try:
             self.params, self.meta = load_params_npz(params_path)
+            # A --num-seeds file holds every seed's agent: play one (--seed-index, default 0).
+            self.params, self.seed_index = select_seed(self.params, self.meta, seed_index, params_path)
         except ExportError as err:
             raise WatchError(str(err)) from None
+        self.num_seeds = num_seeds_of(self.meta)
         file_env = self.meta.get("env")
         if file_env and env_override and env_override != file_env:
             print(f"note: {params_path} was trained on {file_env}; ignoring --env {env_override}", file=sys.stderr)
@@ -687,6 +691,8 @@ def build_parser():
     p.add_argument("--episodes", type=int, default=3, help="episodes to play (default 3)")
     p.add_argument("--max-steps", type=int, default=500, help="steps per episode at most (default 500)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed-index", type=int, default=None, metavar="I",
+                   help="which agent of a --num-seeds run to watch: row I of its parameter file (default 0)")
     p.add_argument("--sample", action="store_true", help="sample actions instead of the greedy argmax")
     view = p.add_mutually_exclusive_group()
     view.add_argument("--window", action="store_true", help="show the frames in a window (needs a display)")
@@ -709,12 +715,13 @@ def main(argv=None, compile_cache: bool = True) -> int:
         if args.window and not has_display():
             raise WatchError("--window needs a display (none found: DISPLAY is not set); use the terminal view "
                              "or --save out.gif")
-        player = Player(path, env_override=args.env, greedy=not args.sample)
+        player = Player(path, env_override=args.env, greedy=not args.sample, seed_index=args.seed_index)
         if compile_cache:  # jit is lazy: nothing has been compiled yet
             from hephaestus.loop import enable_compilation_cache
 
             enable_compilation_cache()
-        print(f"watching {path}: env {player.env_name}, update {player.meta.get('update', '?')}, "
+        which = f" (seed index {player.seed_index} of {player.num_seeds})" if player.num_seeds > 1 else ""
+        print(f"watching {path}{which}: env {player.env_name}, update {player.meta.get('update', '?')}, "
               f"{player.meta.get('env_steps', '?')} env steps, {'sampled' if args.sample else 'greedy'} actions",
               flush=True)
         if args.save:

@@ -1,0 +1,121 @@
+"""Sweeps: the PPO float hyperparameters are data (one compiled program for any values), the grid and random
+search expand as documented, and a tiny sweep runs end to end with its points vmapped in one program."""
+
+import csv
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from hephaestus import sweep as sw
+from hephaestus.config import DATA_HYPERPARAMETERS, TrainConfig, resolve
+from train_cli import main as train_main
+
+TINY = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
+        "--num-layers", "1", "--log-interval", "2", "--num-minibatches", "2", "--update-epochs", "2", "--no-wandb",
+        "--total-timesteps", str(4 * 64)]
+
+
+def test_grid_expansion_random_search_and_grouping():
+    grid = sw.parse_grid(["ent-coef=0.0,0.01,0.03", "lr=1e-3,3e-4", "hidden_dim=16,32"])
+    assert grid == {"ent_coef": [0.0, 0.01, 0.03], "lr": [1e-3, 3e-4], "hidden_dim": [16, 32]}
+    points = sw.expand_grid(grid)
+    assert len(points) == 12 and points[0] == {"ent_coef": 0.0, "lr": 1e-3, "hidden_dim": 16}
+    assert points[1] == {"ent_coef": 0.0, "lr": 1e-3, "hidden_dim": 32}  # the last name varies fastest
+    assert sw.split_point(points[1]) == ({"hidden_dim": 32}, {"ent_coef": 0.0, "lr": 1e-3})
+    groups = sw.group_points(points)  # hidden_dim changes shapes: one program per width, 6 points each
+    assert [g.static for g in groups] == [{"hidden_dim": 16}, {"hidden_dim": 32}]
+    assert all(len(g.points) == 6 for g in groups)
+    space = sw.parse_space(["lr=1e-4:1e-2:log", "ent-coef=0:0.05"])
+    drawn = sw.sample_space(space, 50, seed=3)
+    assert drawn == sw.sample_space(space, 50, seed=3) and drawn != sw.sample_space(space, 50, seed=4)
+    lrs = np.array([p["lr"] for p in drawn])
+    assert lrs.min() >= 1e-4 and lrs.max() <= 1e-2 and np.median(lrs) < 2e-3  # log-uniform: median near 1e-3
+    assert all(0 <= p["ent_coef"] <= 0.05 for p in drawn)
+    for bad, needle in ((["bogus=1"], "not a training hyperparameter"), (["seed=1,2"], "not a training"),
+                        (["lr"], "expected NAME=V1")):
+        with pytest.raises(sw.SweepError, match=needle):
+            sw.parse_grid(bad)
+    with pytest.raises(sw.SweepError, match="LOW <= HIGH"):
+        sw.parse_space(["lr=1e-2:1e-4"])
+
+
+def test_float_hyperparameters_are_data_not_program_constants():
+    from hephaestus.ppo import make_train
+
+    config = resolve(TrainConfig(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, hidden_dim=16, num_layers=1,
+                                 log_interval=2, num_minibatches=2, update_epochs=1))[0]
+    other = config.replace(lr=1e-3, gamma=0.9, gae_lambda=0.8, clip_eps=0.3, vf_coef=1.0, ent_coef=0.1,
+                           max_grad_norm=2.0)
+    a, b = make_train(config), make_train(other)
+    for name in DATA_HYPERPARAMETERS:
+        assert float(a.runner_state.hyper[name]) == np.float32(getattr(config, name))
+        assert float(b.runner_state.hyper[name]) == np.float32(getattr(other, name))
+    assert float(b.runner_state.train_state.opt_state.hyperparams["max_grad_norm"]) == 2.0
+    n = np.int32(2)
+    assert a.compiled_chunk.lower(a.runner_state, n).as_text() == b.compiled_chunk.lower(b.runner_state, n).as_text()
+
+
+def test_tiny_sweep_vmaps_its_points_and_each_agent_is_the_single_run(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    code = sw.main([*TINY, "--grid", "ent-coef=0.0,0.05", "--grid", "lr=1e-3", "--seeds", "2", "--seed", "1",
+                    "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "2 point(s) x 2 seed(s) in 1 program(s)" in printed
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [(float(r["ent_coef"]), float(r["lr"])) for r in rows] == [(0.0, 1e-3), (0.05, 1e-3)]
+    assert all(r["seeds"] == "2" and np.isfinite(float(r["mean_episode_return_mean"])) for r in rows)
+    table = (out / "results.md").read_text()
+    assert table.count("±") >= 4 and "| ent_coef | lr | mean_episode_return |" in table
+    image = __import__("matplotlib.image", fromlist=["imread"]).imread(out / "curves.png")
+    assert image.shape[0] > 100 and image[..., :3].std() > 0.01  # written and not blank
+    # Agent order: point 0 seeds 1, 2, then point 1 seeds 1, 2. Agent 3 (ent 0.05, seed 2) is the single run.
+    records = [json.loads(line) for line in (out / "g" / "metrics.jsonl").read_text().splitlines()]
+    assert train_main(*TINY, "--ent-coef", "0.05", "--lr", "1e-3", "--seed", "2", "--run-name", "single",
+                      "--checkpoint-dir", str(tmp_path)) == 0
+    single = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
+    for sweep_record, single_record in zip(records, single):
+        for key in ("mean_episode_return", "entropy", "pg_loss", "total_loss", "learning_rate"):
+            assert sweep_record["per_seed"][key][3] == pytest.approx(single_record[key], rel=1e-4, abs=1e-6), key
+    # ... and the points really differ: the entropy bonus changes the loss.
+    assert records[-1]["per_seed"]["total_loss"][1] != pytest.approx(records[-1]["per_seed"]["total_loss"][3])
+
+
+def test_bad_sweep_input_is_one_line(capsys):
+    for argv, needle in ((["--out", "x"], "give --grid"), (["--grid", "gamma=2", "--out", "x"], "--gamma must be"),
+                         (["--grid", "lr=1e-3", "--seeds", "0", "--out", "x"], "--seeds must be positive")):
+        with pytest.raises(SystemExit) as exit_:
+            sw.main(["--env", "gymnax:CartPole-v1", *argv])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err
+
+
+def test_checkpoint_from_before_the_hyperparameters_were_data_resumes_exactly(tmp_path):
+    """A checkpoint whose RunnerState.hyper holds only lr and num_updates and whose optimizer injects only the
+    learning rate (the layout before the other hyperparameters became data) resumes, and the run ends with the
+    parameters of an uninterrupted run."""
+    from hephaestus import checkpoint as ck
+    from hephaestus.cli import build_parser, config_from_args
+    from hephaestus.export import load_params_npz
+    from hephaestus.ppo import make_train
+
+    args = [*TINY, "--save-interval", "2", "--checkpoint-dir", str(tmp_path)]
+    assert train_main(*args, "--run-name", "ref") == 0
+    config = resolve(config_from_args(build_parser().parse_args(args + ["--run-name", "ref"])))[0]
+    trainer = make_train(config)
+    runner = ck.restore(ck.locate(str(tmp_path / "ref" / "2")), trainer).runner_state
+    opt = runner.train_state.opt_state
+    old = runner.replace(hyper={k: runner.hyper[k] for k in ("lr", "num_updates")},
+                         train_state=runner.train_state.replace(opt_state=opt._replace(
+                             hyperparams={"learning_rate": opt.hyperparams["learning_rate"]})))
+    saver = ck.Checkpointer(str(tmp_path / "old"), trainer)
+    saver.save(old)
+    saver.close()
+    assert train_main("--resume", str(tmp_path / "old")) == 0
+    a, _ = load_params_npz(str(tmp_path / "ref" / "final_params.npz"))
+    b, _ = load_params_npz(str(tmp_path / "old" / "final_params.npz"))
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(x, y)
