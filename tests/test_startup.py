@@ -155,3 +155,30 @@ def test_startup_timeout_must_not_be_negative():
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_purejaxrl.py"), *TINY,
                           "--startup-timeout", "-1"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.strip().endswith("got -1.0")
+
+
+def test_the_loop_watches_the_first_compile_and_chunk_then_stops_the_watchdog():
+    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.envs.adapters import adapt_gymnax
+    from hephaestus.loop import run
+    from hephaestus.ppo import make_train
+    from toy_envs import RandomWalk
+
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def enter(self, phase):
+            self.calls.append(phase)
+
+        def stop(self):
+            self.calls.append("stop")
+
+    env = RandomWalk()
+    config, _ = resolve(TrainConfig(env="walk", hidden_dim=16, num_layers=1, num_envs=4, num_steps=16,
+                                    num_minibatches=2, update_epochs=1, log_interval=2, total_timesteps=4 * 16 * 6))
+    recorder = Recorder()
+    result = run(make_train(config, adapt_gymnax(env, env.default_params, "walk")), message=lambda _: None,
+                 startup=recorder)
+    assert len(result.records) == 3  # three chunks; only the first is watched
+    assert recorder.calls == ["first compile", "first chunk", "stop"]  # "first chunk": the tests run on the CPU
