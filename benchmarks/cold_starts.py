@@ -115,7 +115,8 @@ def main() -> int:
     p.add_argument("--stall-seconds", type=float, default=60.0,
                    help="window over which a start must burn --min-cpu seconds of CPU (default: %(default)s)")
     p.add_argument("--min-cpu", type=float, default=1.0, help="(default: %(default)s)")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds before a start counts as slow (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=900.0,
+                   help="seconds before a start counts as slow (default: %(default)s)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child == "seeds":

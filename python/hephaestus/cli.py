@@ -187,7 +187,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         checkpoint_dir=args.checkpoint_dir, num_devices=args.num_devices, distributed=args.distributed,
         keep_checkpoints=args.keep_checkpoints, save_interval_minutes=args.save_interval_minutes,
         save_interval=args.save_interval, resume=args.resume, keep_optimizer=args.keep_optimizer,
-        startup_timeout=args.startup_timeout, wandb=args.wandb, wandb_project=args.wandb_project, wandb_entity=args.wandb_entity,
+        startup_timeout=args.startup_timeout,
+        wandb=args.wandb, wandb_project=args.wandb_project, wandb_entity=args.wandb_entity,
         wandb_artifacts=args.wandb_artifacts, tensorboard_dir=args.tensorboard_dir)
 
 
