@@ -27,6 +27,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, ROOT)
 
+from hephaestus import xla_flags  # noqa: E402 (no jax import)
+
+xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
+
 TIMED_RUNS = 3
 
 
@@ -185,8 +189,7 @@ CASES = {
 # measure the overhead of sharding, not a speed-up.
 DEVICES_CASE = dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=64, updates_per_chunk=4, hidden_dim=64,
                     num_layers=2)
-CPU_DEVICE_FLAGS = ("--xla_force_host_platform_device_count={n} "
-                    "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+CPU_DEVICE_FLAGS = "--xla_force_host_platform_device_count={n}"  # added to XLA_FLAGS, which xla_flags.configure() set
 
 
 def run_devices_worker(n: int) -> None:

@@ -18,6 +18,10 @@ os.environ["WANDB_MODE"] = "disabled"
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(ROOT, ".jax_cache", "tests"))
 
+from hephaestus import xla_flags  # noqa: E402
+
+xla_flags.configure()  # as every entry point does, before jax starts (also for the scripts tests start)
+
 from hephaestus.loop import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache(os.environ["JAX_COMPILATION_CACHE_DIR"])

@@ -21,7 +21,7 @@ def test_help_explains_every_flag():
     for flag in ("--env", "--total-timesteps", "--num-envs", "--num-steps", "--lr", "--anneal-lr", "--no-anneal-lr",
                  "--gamma", "--gae-lambda", "--num-minibatches", "--update-epochs", "--clip-eps", "--vf-coef",
                  "--ent-coef", "--max-grad-norm", "--hidden-dim", "--num-layers", "--seed", "--log-interval",
-                 "--run-name", "--encoder", "--cell-dim", "--obs-dtype"):
+                 "--run-name", "--encoder", "--cell-dim", "--obs-dtype", "--startup-timeout"):
         assert flag in out.stdout, flag
 
 

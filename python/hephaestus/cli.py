@@ -143,6 +143,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="minutes between checkpoints (default: %(default)s)")
     g.add_argument("--save-interval", type=int, default=d.save_interval, metavar="UPDATES",
                    help="save every this many PPO updates instead (checked after each chunk; default: off)")
+    g.add_argument("--startup-timeout", type=float, default=d.startup_timeout, metavar="SECONDS",
+                   help="stop with a one-line error when setup, the first compile or the first chunk makes no CPU "
+                        "progress for this long (a deadlock, not a slow compile; 0 = off; default: %(default)s)")
     g.add_argument("--keep-optimizer", action="store_true", default=d.keep_optimizer,
                    help="on a resume with a different --num-envs, keep the optimizer state (default: reset)")
 
@@ -184,6 +187,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         checkpoint_dir=args.checkpoint_dir, num_devices=args.num_devices, distributed=args.distributed,
         keep_checkpoints=args.keep_checkpoints, save_interval_minutes=args.save_interval_minutes,
         save_interval=args.save_interval, resume=args.resume, keep_optimizer=args.keep_optimizer,
+        startup_timeout=args.startup_timeout,
         wandb=args.wandb, wandb_project=args.wandb_project, wandb_entity=args.wandb_entity,
         wandb_artifacts=args.wandb_artifacts, tensorboard_dir=args.tensorboard_dir)
 

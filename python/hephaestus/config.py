@@ -134,6 +134,9 @@ class TrainConfig:
     # devices (specs/distributed.md): num_envs is global and splits over the `data` mesh axis
     num_devices: int = 0  # 0 = every device of every host
     distributed: bool = False  # call jax.distributed.initialize() first (multi-host; auto on TPU pod slices)
+    # seconds a start-up phase (setup, first compile, first chunk) may go without CPU progress before the run
+    # stops with one line saying where it is stuck (watchdog.py); 0 = off
+    startup_timeout: float = 300.0
     # auto-scale bookkeeping: which of the two knobs the user set explicitly
     user_set_minibatches: bool = False
     user_set_epochs: bool = False
@@ -230,6 +233,8 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"--keep-checkpoints must be positive, got {config.keep_checkpoints}")
     if config.save_interval < 0:
         raise ConfigError(f"--save-interval must be >= 0 (0 = use --save-interval-minutes), got {config.save_interval}")
+    if not config.startup_timeout >= 0:
+        raise ConfigError(f"--startup-timeout must be 0 (off) or a number of seconds, got {config.startup_timeout}")
     if not config.save_interval_minutes > 0:
         raise ConfigError(f"--save-interval-minutes must be positive, got {config.save_interval_minutes}")
     if config.batch_size % config.num_minibatches:

@@ -95,7 +95,9 @@ class LoopResult:
     stopped_early: bool = False
 
 
-def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print) -> LoopResult:
+def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, startup=None) -> LoopResult:
+    """`startup`: a watchdog.StartupWatchdog, told when the first compile and the first chunk begin and stopped
+    after the first chunk (the first chunk is watched on the CPU only: on an accelerator the host waits idle)."""
     config = trainer.config
     runner = trainer.runner_state
     steps_per_update = config.batch_size
@@ -113,15 +115,22 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print) -> 
     while done_updates < total_updates:
         n = min(config.log_interval, total_updates - done_updates)
         if compiled is None:
+            if startup is not None:
+                startup.enter("first compile")
             t0 = time.perf_counter()
             compiled = trainer.compiled_chunk.lower(runner, np.int32(n)).compile()
             result.compile_seconds = time.perf_counter() - t0
+            if startup is not None:
+                startup.enter("first chunk" if jax.default_backend() == "cpu" else None)
             release_freed_memory()
             message(f"compile: {result.compile_seconds:.1f}s (chunk of {config.log_interval} updates)")
         t0 = time.perf_counter()
         runner, metrics = compiled(runner, np.int32(n))
         wait_ready(metrics)  # in Python, not inside device_get, so a SIGINT/SIGTERM handler runs at once
         metrics = jax.tree.map(lambda x: x[:n], jax.device_get(metrics))
+        if startup is not None:  # the run has started: nothing more to watch
+            startup.stop()
+            startup = None
         seconds = time.perf_counter() - t0
         run_seconds += seconds
         done_updates += n

@@ -68,8 +68,13 @@ def _train(config, note, resume, run_dir, main_process) -> int:
     from hephaestus.loop import TrainingError, enable_compilation_cache, run
     from hephaestus.ppo import make_train
     from hephaestus.sinks import ConsoleSink, JsonlSink
+    from hephaestus.watchdog import StartupWatchdog
 
     cache = enable_compilation_cache() or "off"
+    # From here until the first chunk has run, a phase with no CPU progress for --startup-timeout seconds ends
+    # the run with one line (watchdog.py).
+    watchdog = StartupWatchdog(config.startup_timeout)
+    watchdog.enter("setup")
     try:
         env = make_env(config.env)
     except UnknownEnvError as err:
@@ -89,6 +94,7 @@ def _train(config, note, resume, run_dir, main_process) -> int:
         raise
     print(f"setup: {time.perf_counter() - t_setup:.1f}s (initial state and tracing)")
     from hephaestus.checkpoint import CheckpointError, prepare_run
+    watchdog.enter(None)  # restoring a checkpoint and connecting to wandb may wait on a disk or the network
     try:  # restores a --resume checkpoint into trainer.runner_state; refuses before writing anything
         session = prepare_run(config, trainer, run_dir, resume, main_process=main_process, message=print)
     except CheckpointError as err:
@@ -106,7 +112,7 @@ def _train(config, note, resume, run_dir, main_process) -> int:
     t0 = time.perf_counter()
     try:
         print(distributed.describe(trainer.mesh, config.num_envs))
-        result = run(trainer, sinks, hooks=session.hooks, message=print)
+        result = run(trainer, sinks, hooks=session.hooks, message=print, startup=watchdog)
     except TrainingError as err:
         fail(str(err), code=1)
     except KeyboardInterrupt:

@@ -19,9 +19,11 @@ import os
 import sys
 import time
 
-# vmap over seeds on CPU: the concurrency-optimised scheduler can deadlock/serialise badly; turn it off.
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_enable_concurrency_optimized_scheduler=false")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+
+from hephaestus import xla_flags  # noqa: E402 (no jax import)
+
+xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

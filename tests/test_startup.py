@@ -1,0 +1,184 @@
+"""Start-up safety (issue 23): the XLA CPU flag every entry point sets before jax starts, and the watchdog that
+turns a start-up with no progress into one line and a non-zero exit."""
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from hephaestus import xla_flags
+from hephaestus.watchdog import StartupWatchdog
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", "128",
+        "--hidden-dim", "16", "--num-layers", "1", "--log-interval", "2", "--num-minibatches", "2",
+        "--update-epochs", "1", "--no-wandb"]
+
+
+# --- the flag ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("environ,expected", [
+    ({"JAX_PLATFORMS": "cpu"}, xla_flags.SETTING),
+    ({"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"},
+     "--xla_force_host_platform_device_count=8 " + xla_flags.SETTING),
+    ({"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=true"},
+     "--xla_cpu_enable_concurrency_optimized_scheduler=true"),  # the user's choice stands
+    ({"JAX_PLATFORMS": "tpu", "XLA_FLAGS": "--xla_dump_to=/tmp/x"}, "--xla_dump_to=/tmp/x"),  # not the CPU
+    ({"JAX_PLATFORMS": "cuda,cpu"}, None),
+])
+def test_configure_adds_the_flag_only_for_the_cpu_and_keeps_the_users_flags(environ, expected):
+    environ = dict(environ)
+    before = environ.get("XLA_FLAGS")
+    assert xla_flags.configure(environ) == (environ.get("XLA_FLAGS") != before)
+    assert environ.get("XLA_FLAGS") == expected
+
+
+def test_the_package_and_the_training_entry_do_not_import_jax_before_configure():
+    code = ("import sys; sys.path.insert(0, 'python'); import hephaestus, hephaestus.xla_flags, hephaestus.train, "
+            "hephaestus.watchdog; print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+ENTRY_POINTS = sorted(glob.glob(os.path.join(ROOT, "scripts", "*.py"))
+                      + glob.glob(os.path.join(ROOT, "scripts", "experiments", "*.py")))
+
+
+@pytest.mark.parametrize("path", ENTRY_POINTS, ids=lambda p: os.path.relpath(p, ROOT))
+def test_every_entry_point_configures_xla_before_it_imports_jax_or_the_package(path):
+    source = open(path).read()
+    call = source.find("xla_flags.configure()")
+    assert call >= 0, "calls hephaestus.xla_flags.configure()"
+    # No module-level import of jax or of a hephaestus module (other than xla_flags) comes before the call.
+    for match in re.finditer(r"^(import jax|from jax|from hephaestus(?!\s+import xla_flags)\S*\s+import)", source,
+                             re.MULTILINE):
+        assert match.start() > call, f"{match.group(0)!r} before xla_flags.configure()"
+
+
+# --- the watchdog, deterministic (a fake clock and CPU counter) --------------------------------------------------
+
+class Fake:
+    def __init__(self):
+        self.now, self.cpu_seconds = 0.0, 0.0
+
+    def watchdog(self, timeout=100.0):
+        return StartupWatchdog(timeout, clock=lambda: self.now, cpu=lambda: self.cpu_seconds)
+
+    def advance(self, dog, seconds, cpu_per_second, step=5.0):
+        """Let time pass in poll-sized steps; the first message the watchdog gives, or None."""
+        message, t = None, 0.0
+        while t < seconds and message is None:
+            self.now += step
+            self.cpu_seconds += cpu_per_second * step
+            t += step
+            message = dog.check()
+        return message
+
+
+def test_watchdog_names_the_phase_with_no_cpu_progress_once_the_timeout_has_passed():
+    fake = Fake()
+    dog = fake.watchdog()
+    dog.phase, dog._samples = "first compile", [(0.0, 0.0)]  # as enter() sets it, without starting the thread
+    assert fake.advance(dog, 95, cpu_per_second=0.001) is None
+    message = fake.advance(dog, 10, cpu_per_second=0.001)
+    assert message is not None and message.startswith("error: stuck in first compile for 100 s")
+    assert "--startup-timeout" in message and "\n" not in message
+
+
+def test_watchdog_leaves_a_slow_phase_that_burns_cpu_alone():
+    fake = Fake()
+    dog = fake.watchdog()
+    dog.phase, dog._samples = "first compile", [(0.0, 0.0)]
+    assert fake.advance(dog, 1000, cpu_per_second=0.1) is None  # a compile on a loaded machine: 10% of a core
+    # ...and a stall after it is still caught, a timeout after the last progress.
+    assert "stuck in first compile" in fake.advance(dog, 200, cpu_per_second=0.0)
+
+
+def test_watchdog_does_not_judge_paused_stopped_or_suspended_time():
+    fake = Fake()
+    dog = fake.watchdog()
+    assert fake.advance(dog, 500, cpu_per_second=0.0) is None  # never entered a phase
+    dog.phase, dog._samples = "setup", [(fake.now, fake.cpu_seconds)]
+    fake.now += 3600  # the process was stopped (Ctrl-Z) for an hour: the watchdog's own thread did not run
+    assert dog.check() is None
+    assert fake.advance(dog, 90, cpu_per_second=0.0) is None
+    dog.stop()
+    assert fake.advance(dog, 500, cpu_per_second=0.0) is None
+
+
+# --- the watchdog in the training script, with a real stall -------------------------------------------------
+
+STALLED_RUN = textwrap.dedent("""
+    import sys, threading
+    sys.path.insert(0, "python")
+    from hephaestus import ppo, train
+
+    real_make_train = ppo.make_train
+
+    def stall():  # blocks like a deadlocked thread pool: the main thread waits, no CPU is used
+        threading.Event().wait()
+
+    def make_train(*args, **kwargs):
+        if sys.argv[1] == "setup":
+            stall()
+        trainer = real_make_train(*args, **kwargs)
+        class Lowered:
+            def compile(self):
+                stall()
+        class Chunk:
+            def lower(self, *args):
+                return Lowered()
+        trainer.compiled_chunk = Chunk()
+        return trainer
+
+    ppo.make_train = make_train
+    sys.exit(train.main(sys.argv[2:]))
+""")
+
+
+@pytest.mark.parametrize("phase", ["setup", "first compile"])
+def test_a_run_stuck_at_start_up_prints_one_line_and_exits_non_zero(tmp_path, phase):
+    out = subprocess.run([sys.executable, "-c", STALLED_RUN, phase.split()[-1], *TINY, "--startup-timeout", "3",
+                          "--checkpoint-dir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=240)
+    assert out.returncode == 1, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: stuck in {phase} for "), out.stderr
+    assert "run " in out.stdout  # what it printed before the stall reached the terminal
+
+
+def test_startup_timeout_must_not_be_negative():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_purejaxrl.py"), *TINY,
+                          "--startup-timeout", "-1"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip().endswith("got -1.0")
+
+
+def test_the_loop_watches_the_first_compile_and_chunk_then_stops_the_watchdog():
+    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.envs.adapters import adapt_gymnax
+    from hephaestus.loop import run
+    from hephaestus.ppo import make_train
+    from toy_envs import RandomWalk
+
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def enter(self, phase):
+            self.calls.append(phase)
+
+        def stop(self):
+            self.calls.append("stop")
+
+    env = RandomWalk()
+    config, _ = resolve(TrainConfig(env="walk", hidden_dim=16, num_layers=1, num_envs=4, num_steps=16,
+                                    num_minibatches=2, update_epochs=1, log_interval=2, total_timesteps=4 * 16 * 6))
+    recorder = Recorder()
+    result = run(make_train(config, adapt_gymnax(env, env.default_params, "walk")), message=lambda _: None,
+                 startup=recorder)
+    assert len(result.records) == 3  # three chunks; only the first is watched
+    assert recorder.calls == ["first compile", "first chunk", "stop"]  # "first chunk": the tests run on the CPU
