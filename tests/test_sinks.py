@@ -40,6 +40,12 @@ def test_stall_warning_when_length_rises_and_return_stays_flat():
 
 
 def test_chunk_reduce_sums_counts_maxes_stages_and_keeps_latest_return():
-    reduced = chunk_reduce({"num_episodes": np.array([2, 3]), "stats/highest_stage": np.array([1, 4]),
+    # episode/ metrics arrive as per-update sums over the episodes that ended (maxes for *_max keys)
+    reduced = chunk_reduce({"num_episodes": np.array([2, 3]), "episode/stage_reached_max": np.array([1, 4]),
+                            "episode/stage_reached>=2": np.array([1, 2]), "episode/kills_per_episode": np.array([4, 6]),
                             "mean_episode_return": np.array([1.0, 7.0]), "entropy": np.array([1.0, 3.0])})
-    assert reduced == {"num_episodes": 5.0, "stats/highest_stage": 4.0, "mean_episode_return": 7.0, "entropy": 2.0}
+    assert reduced == {"num_episodes": 5.0, "episode/stage_reached_max": 4.0, "episode/stage_reached>=2": 0.6,
+                       "episode/kills_per_episode": 2.0, "mean_episode_return": 7.0, "entropy": 2.0}
+    # a chunk in which no episode ended has no episode/ values (not zeros)
+    reduced = chunk_reduce({"num_episodes": np.array([0, 0]), "episode/kills_per_episode": np.array([0, 0])})
+    assert reduced == {"num_episodes": 0.0}

@@ -200,6 +200,9 @@ def test_hackmatrix_terminal_prints_board_and_summary(hackmatrix_runs):
     assert "HP " in stdout and "credits" in stdout and "stage" in stdout
     assert re.search(r"^episode 1: \d+ steps, return [+-]\d", stdout, re.M)
     assert "summary over 1 episode(s)" in stdout
+    # the same per-episode statistics evaluate.py and training's eval/ report, from the env's declaration
+    assert re.search(r"^eval: 1 episodes: return [+-]\d", stdout, re.M)
+    assert "stage_reached>=2" in stdout and "siphons_used" in stdout
 
 
 def test_mp4_has_every_frame(tmp_path):

@@ -87,3 +87,21 @@ class MaskedBandit(environment.Environment):
 
     def action_space(self, params=None):
         return spaces.Discrete(5)
+
+
+class StatWalk(RandomWalk):
+    """RandomWalk declaring per-episode statistics (episode_stats.py): moves to the right (a sum), the largest
+    |pos| (a level, thresholds 2 and 3) and whether the walk hit the bound (a flag)."""
+
+    from hephaestus.episode_stats import EpisodeStat
+
+    episode_stats = (EpisodeStat("right_moves", "sum"), EpisodeStat("reach", "max", thresholds=(2, 3)),
+                     EpisodeStat("hit_bound", "max", rate=True))
+    del EpisodeStat
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+        info = {"episode_stats": {"right_moves": (action == 1).astype(jnp.float32),
+                                  "reach": jnp.abs(state.pos).astype(jnp.float32),
+                                  "hit_bound": terminated.astype(jnp.float32)}}
+        return obs, state, reward, terminated, info

@@ -331,8 +331,9 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
                 raise CheckpointError(f"{ckpt.path}: incompatible checkpoint at {name}: {what}")
         if "stages.rollout." in fresh_prefixes:
             old_envs = ckpt.config.get("num_envs")
-            msg = (f"resume: --num-envs changed ({old_envs} -> {trainer.config.num_envs}): weights kept, "
-                   "environments re-created, ")
+            why = (f"--num-envs changed ({old_envs} -> {trainer.config.num_envs})" if old_envs != trainer.config.num_envs
+                   else "the rollout state differs (a checkpoint from before per-episode statistics, or another env)")
+            msg = f"resume: {why}: weights kept, environments re-created, "
             if keep_optimizer:
                 msg += "optimizer state kept (--keep-optimizer)"
             else:

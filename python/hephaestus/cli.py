@@ -133,6 +133,20 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint-dir", default=d.checkpoint_dir,
                    help="where run folders go (default: %(default)s)")
 
+    g = p.add_argument_group("evaluation (specs/pipeline.md)")
+    g.add_argument("--eval-every", type=int, default=d.eval_every, metavar="UPDATES",
+                   help="evaluate after the chunk in which the update count crosses a multiple of this: eval/ "
+                        "metrics in every sink (default: 0 = off)")
+    g.add_argument("--eval-episodes", type=int, default=d.eval_episodes,
+                   help="complete episodes per evaluation, run in parallel, greedy (default: %(default)s)")
+    g.add_argument("--eval-max-steps", type=int, default=d.eval_max_steps,
+                   help="evaluation episodes are cut after this many steps (default: %(default)s)")
+    g.add_argument("--eval-sampled", action=argparse.BooleanOptionalAction, default=d.eval_sampled,
+                   help="also evaluate the sampled policy, under eval_sampled/ (default: off)")
+    g.add_argument("--final-eval-episodes", type=int, default=d.final_eval_episodes,
+                   help="episodes of the evaluation at the end of the run, written to <run>/eval.json "
+                        "(default: %(default)s; 0 = off)")
+
     g = p.add_argument_group("checkpoints and resume")
     g.add_argument("--resume", default="", metavar="PATH",
                    help="continue from checkpoints/<run>/ (its latest checkpoint) or one step directory in it; "
@@ -184,6 +198,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         hidden_dim=args.hidden_dim, num_layers=args.num_layers, activation=args.activation, dtype=args.dtype,
         encoder=args.encoder, cell_dim=args.cell_dim, obs_dtype=args.obs_dtype,
         extra_stages=extra, **dtc_fields(args), seed=args.seed, num_seeds=args.num_seeds, log_interval=args.log_interval, run_name=args.run_name,
+        eval_every=args.eval_every, eval_episodes=args.eval_episodes, eval_max_steps=args.eval_max_steps,
+        eval_sampled=args.eval_sampled, final_eval_episodes=args.final_eval_episodes,
         checkpoint_dir=args.checkpoint_dir, num_devices=args.num_devices, distributed=args.distributed,
         keep_checkpoints=args.keep_checkpoints, save_interval_minutes=args.save_interval_minutes,
         save_interval=args.save_interval, resume=args.resume, keep_optimizer=args.keep_optimizer,

@@ -118,6 +118,12 @@ class TrainConfig:
     # with seed + i and is exactly the single-seed run of that seed. 1: the single-agent program, no seed axis.
     num_seeds: int = 1
     log_interval: int = 10  # PPO updates per compiled chunk, i.e. per console line
+    # evaluation episodes (evaluation.py): their own compiled program, run between chunks, never in their timing
+    eval_every: int = 0  # evaluate after the chunk in which the update count crosses a multiple of this; 0 = off
+    eval_episodes: int = 32  # K episodes per evaluation, all in parallel, greedy (argmax over valid actions)
+    eval_max_steps: int = 1000  # an episode not ended by then is cut (eval/capped_rate)
+    eval_sampled: bool = False  # also evaluate the sampled policy (eval_sampled/ keys)
+    final_eval_episodes: int = 100  # episodes of the evaluation at the end of every run -> eval.json; 0 = off
     run_name: str = ""
     checkpoint_dir: str = "checkpoints"
     # checkpoints, resume and logging (specs/checkpoints.md)
@@ -223,6 +229,15 @@ def validate(config: TrainConfig) -> None:
     positive = ("num_envs", "num_steps", "total_timesteps", "num_minibatches", "update_epochs",
                 "hidden_dim", "log_interval", "num_seeds")
     for name in positive:
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
+    for name in ("eval_every", "final_eval_episodes"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (0 = off), got {getattr(config, name)}")
+    if config.eval_every and config.num_seeds > 1:
+        raise ConfigError("--eval-every does not support --num-seeds > 1 yet (evaluate a seed's parameters with "
+                          "scripts/evaluate.py --seed-index)")
+    for name in ("eval_episodes", "eval_max_steps"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
     if config.num_devices < 0:

@@ -141,4 +141,6 @@ def network_from_meta(meta: dict, dtype: str = "float32"):
                        dtype=jnp.bfloat16 if dtype == "bfloat16" else jnp.float32,
                        obs_dtype=jnp.dtype(net.get("obs_dtype", "float32")),
                        obs_cells=tuple(net["obs_cells"]) if cells else None,
-                       cell_dim=int(net.get("cell_dim", 16)))
+                       cell_dim=int(net.get("cell_dim", 16)),
+                       action_low=tuple(float(x) for x in net.get("action_low", ())),
+                       action_high=tuple(float(x) for x in net.get("action_high", ())))

@@ -95,6 +95,20 @@ class LoopResult:
     stopped_early: bool = False
 
 
+def evaluate_now(evaluator, runner, seed: int, update: int, message) -> dict:
+    """Evaluation episodes with the runner's current parameters (their own program, outside the chunk and its
+    timing); metrics under eval/ and `eval_seconds`."""
+    from hephaestus.evaluation import eval_key
+
+    first = not evaluator.compiled
+    t0 = time.perf_counter()
+    metrics, _ = evaluator(runner.train_state.params, eval_key(seed, update))
+    seconds = time.perf_counter() - t0
+    if first:
+        message(f"eval: first evaluation {seconds:.1f}s (compile included)")
+    return {**metrics, "eval_seconds": seconds}
+
+
 def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, startup=None) -> LoopResult:
     """`startup`: a watchdog.StartupWatchdog, told when the first compile and the first chunk begin and stopped
     after the first chunk (the first chunk is watched on the CPU only: on an accelerator the host waits idle)."""
@@ -111,6 +125,12 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
     run_seconds = 0.0
     record = None
     failed_sink = None
+
+    evaluator = None
+    if config.eval_every:
+        from hephaestus.evaluation import Evaluator
+        evaluator = Evaluator(trainer.env, trainer.network, config.eval_episodes, config.eval_max_steps,
+                              config.eval_sampled)
 
     while done_updates < total_updates:
         n = min(config.log_interval, total_updates - done_updates)
@@ -133,7 +153,7 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
             startup = None
         seconds = time.perf_counter() - t0
         run_seconds += seconds
-        done_updates += n
+        before, done_updates = done_updates, done_updates + n
 
         masked = float(np.sum(metrics["fully_masked_rows"]))
         if masked:
@@ -147,6 +167,8 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
         avg_sps = (done_updates - start_updates) * steps_per_update / max(run_seconds, 1e-9)
         record["eta_seconds"] = (total_updates - done_updates) * steps_per_update / max(avg_sps, 1e-9)
         record.update(chunk_reduce(metrics) if num_seeds == 1 else seeds_reduce(metrics))
+        if evaluator is not None and done_updates // config.eval_every > before // config.eval_every:
+            record.update(evaluate_now(evaluator, runner, config.seed, done_updates, message))
         result.records.append(record)
         for sink in list(sinks):
             try:

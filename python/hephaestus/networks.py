@@ -86,6 +86,9 @@ class ActorCritic(nn.Module):
     obs_dtype: jnp.dtype = jnp.float32  # the rollout's storage dtype: bfloat16 rounds the inputs first
     obs_cells: tuple[int, int, int] | None = None  # (flat, cells, channels) for the cell encoder; None: MLP
     cell_dim: int = 16
+    # Continuous envs: the bounds `act` clips the action the env receives to (no parameters; empty if discrete).
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
 
     def setup(self):
         dims = (self.hidden_dim,) * self.num_layers
@@ -123,7 +126,43 @@ def make_network(spec, config) -> ActorCritic:
                        num_layers=config.num_layers, activation=config.activation,
                        dtype=jnp.bfloat16 if config.dtype == "bfloat16" else jnp.float32,
                        obs_dtype=jnp.dtype(resolve_obs_dtype(config, spec)), obs_cells=obs_cells,
-                       cell_dim=config.cell_dim)
+                       cell_dim=config.cell_dim, action_low=tuple(spec.action_low),
+                       action_high=tuple(spec.action_high))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The one policy. Training (ppo.py), evaluation (evaluation.py) and replays (watch.py) all act through `act`,
+# and the PPO loss scores stored actions through `evaluate`, so there is one definition of what the agent does.
+
+
+def act(network: ActorCritic, params, obs, mask, key, greedy: bool = False):
+    """Choose actions for `obs` [..., obs_dim]. Returns (env_action, action, log_prob, value).
+
+    Discrete: a sample of the masked categorical, or with `greedy` the argmax over the valid actions;
+    `env_action` is `action`. Continuous: a sample of the diagonal Gaussian, or with `greedy` its mean; `action`
+    is the raw value (what PPO stores and scores) and `env_action` that value clipped to the action bounds.
+    `greedy` is a Python bool (it selects the program, it is not data); `key` is unused when greedy."""
+    out, value = network.apply(params, obs)
+    if network.discrete:
+        if greedy:
+            action = jnp.argmax(masked_logits(out, mask), axis=-1).astype(jnp.int32)
+        else:
+            action = categorical_sample(key, out, mask)
+        return action, action, categorical_log_prob(out, mask, action), value
+    log_std = params["params"]["log_std"]
+    action = out if greedy else gaussian_sample(key, out, log_std)
+    low = jnp.asarray(network.action_low, jnp.float32)
+    high = jnp.asarray(network.action_high, jnp.float32)
+    return jnp.clip(action, low, high), action, gaussian_log_prob(out, log_std, action), value
+
+
+def evaluate(network: ActorCritic, params, obs, mask, action):
+    """(log_prob, entropy, value) of stored actions under `params` (the PPO loss)."""
+    out, value = network.apply(params, obs)
+    if network.discrete:
+        return categorical_log_prob(out, mask, action), categorical_entropy(out, mask), value
+    log_std = params["params"]["log_std"]
+    return gaussian_log_prob(out, log_std, action), gaussian_entropy(out, log_std), value
 
 
 # ---------------------------------------------------------------------------------------------------

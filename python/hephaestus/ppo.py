@@ -19,6 +19,7 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
+from hephaestus import episode_stats
 from hephaestus import networks as nets
 from hephaestus.config import DATA_HYPERPARAMETERS, TrainConfig, resolve_obs_dtype
 from hephaestus.distributed import Sharder, mesh_for
@@ -42,6 +43,7 @@ class RolloutState:
     episode_length: jax.Array  # [N]
     last_mean_return: jax.Array  # [] carried so an update where no episode ends still reports a value
     last_mean_length: jax.Array  # []
+    episode_stats: dict  # stat name -> [N] running value of the episode in progress (EnvSpec.episode_stats)
 
 
 @struct.dataclass
@@ -125,8 +127,6 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     storage = storage_for(resolve_obs_dtype(config, spec), spec)
     tx = make_optimizer(config)
     num_envs, num_steps = config.num_envs, config.num_steps
-    low = jnp.asarray(spec.action_low, jnp.float32) if not spec.discrete else None
-    high = jnp.asarray(spec.action_high, jnp.float32) if not spec.discrete else None
     # Both jitted, so each is traced once: the eval_shape calls below cache the traces that rollout_init and the
     # rollout reuse (tracing a HackMatrix step takes seconds). Run op by op, a HackMatrix reset took 29 s of
     # eager dispatch at start-up; compiled whole, 4 s.
@@ -138,26 +138,10 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     action_shape = jax.ShapeDtypeStruct((num_envs,) if spec.discrete else (num_envs, spec.action_dim),
                                         jnp.int32 if spec.discrete else jnp.float32)
     step_info = jax.eval_shape(v_step, env_keys_shape, env_state_shape, action_shape)[1].info
+    # Declared per-episode statistics (EnvSpec.episode_stats, episode_stats.py) -> episode/<report key>.
+    stats = spec.episode_stats
     # Named action ranges (EnvSpec.action_groups, e.g. HackMatrix move/siphon/program) -> actions/<name>_frac.
     action_groups = tuple(getattr(spec, "action_groups", ())) if spec.discrete else ()
-
-    def policy(params, obs, mask, key):
-        """Sample an action; return (env_action, action, log_prob, value)."""
-        out, value = network.apply(params, obs)
-        if spec.discrete:
-            action = nets.categorical_sample(key, out, mask)
-            return action, action, nets.categorical_log_prob(out, mask, action), value
-        log_std = params["params"]["log_std"]
-        action = nets.gaussian_sample(key, out, log_std)
-        return jnp.clip(action, low, high), action, nets.gaussian_log_prob(out, log_std, action), value
-
-    def evaluate(params, obs, mask, action):
-        """(log_prob, entropy, value) of stored actions under `params`."""
-        out, value = network.apply(params, obs)
-        if spec.discrete:
-            return nets.categorical_log_prob(out, mask, action), nets.categorical_entropy(out, mask), value
-        log_std = params["params"]["log_std"]
-        return nets.gaussian_log_prob(out, log_std, action), nets.gaussian_entropy(out, log_std), value
 
     # ---------------------------------------------------------------------------------------------
     # Stage 1: rollout. Each stored transition pairs the observation the action was chosen from with
@@ -169,7 +153,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         zeros = jnp.zeros((num_envs,), jnp.float32)
         return RolloutState(env_state=env_state, obs=first.obs, action_mask=first.action_mask,
                             episode_return=zeros, episode_length=jnp.zeros((num_envs,), jnp.int32),
-                            last_mean_return=jnp.float32(0.0), last_mean_length=jnp.float32(0.0))
+                            last_mean_return=jnp.float32(0.0), last_mean_length=jnp.float32(0.0),
+                            episode_stats=episode_stats.zeros(stats, (num_envs,), jnp))
 
     def rollout_apply(key, train_state, batch, rs: RolloutState):
         params = train_state.params
@@ -180,7 +165,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             # The policy acts on the observation as the batch stores it (identical for exact storage), so the
             # stored log-probabilities and values are those of the stored observations.
             stored_obs = storage.encode(rs.obs)
-            env_action, action, log_prob, value = policy(params, storage.decode(stored_obs), rs.action_mask, key_act)
+            env_action, action, log_prob, value = nets.act(network, params, storage.decode(stored_obs), rs.action_mask,
+                                                           key_act, greedy=False)
             env_keys = shard.constrain_envs(jax.random.split(key_env, num_envs))
             env_state, step = v_step(env_keys, rs.env_state, env_action)
             # Truncated episodes bootstrap from the critic's value of the observation they ended on. The
@@ -192,14 +178,17 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             done = jnp.logical_or(step.terminated, step.truncated)
             ep_return = rs.episode_return + step.reward
             ep_length = rs.episode_length + 1
+            ep_stats = episode_stats.accumulate(stats, rs.episode_stats, step.info.get("episode_stats", {}), jnp)
+            ended = episode_stats.report_values(stats, ep_stats, jnp)  # per env, counted where done
             sums = {
                 "return": sums["return"] + jnp.sum(jnp.where(done, ep_return, 0.0)),
                 "length": sums["length"] + jnp.sum(jnp.where(done, ep_length, 0)).astype(jnp.float32),
                 "episodes": sums["episodes"] + jnp.sum(done).astype(jnp.float32),
                 "masked": sums["masked"] + nets.fully_masked_rows(rs.action_mask).astype(jnp.float32),
                 **{f"reward/{k}": sums[f"reward/{k}"] + jnp.sum(v) for k, v in step.info.get("reward_terms", {}).items()},
-                **({"stats/highest_stage": jnp.maximum(sums["stats/highest_stage"], jnp.max(step.info["stage"]).astype(jnp.float32))}
-                   if "stage" in step.info else {}),
+                **{f"episode/{k}": (jnp.maximum(sums[f"episode/{k}"], jnp.max(jnp.where(done, v, 0.0)))
+                                    if episode_stats.is_max_key(k) else sums[f"episode/{k}"] + jnp.sum(jnp.where(done, v, 0.0)))
+                   for k, v in ended.items()},
                 **{f"actions/{g}_frac": sums[f"actions/{g}_frac"] + jnp.sum((action >= lo) & (action < hi)).astype(jnp.float32)
                    for g, lo, hi in action_groups},
             }
@@ -208,14 +197,14 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
                           "truncated": step.truncated, "bootstrap_value": bootstrap}
             rs = rs.replace(env_state=env_state, obs=step.obs, action_mask=step.action_mask,
                             episode_return=jnp.where(done, 0.0, ep_return),
-                            episode_length=jnp.where(done, 0, ep_length))
+                            episode_length=jnp.where(done, 0, ep_length),
+                            episode_stats={k: jnp.where(done, 0.0, v) for k, v in ep_stats.items()})
             return (shard.constrain_envs(rs), sums), shard.constrain_envs(transition)
 
         sums0 = {"return": jnp.float32(0), "length": jnp.float32(0), "episodes": jnp.float32(0),
                  "masked": jnp.float32(0)}
         sums0.update({f"reward/{k}": jnp.float32(0) for k in step_info.get("reward_terms", {})})
-        if "stage" in step_info:
-            sums0["stats/highest_stage"] = jnp.float32(0)
+        sums0.update({f"episode/{k}": jnp.float32(0) for k in episode_stats.report_keys(stats)})
         sums0.update({f"actions/{g}_frac": jnp.float32(0) for g, _, _ in action_groups})
         (rs, sums), batch = jax.lax.scan(env_step, (shard.constrain_envs(rs), sums0), jax.random.split(key, num_steps))
         batch["last_value"] = network.apply(params, rs.obs, method="value")
@@ -229,7 +218,9 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         metrics = {"mean_episode_return": mean_return, "mean_episode_length": mean_length,
                    "num_episodes": episodes, "fully_masked_rows": sums["masked"],
                    **{k: v / steps for k, v in sums.items() if k.startswith(("reward/", "actions/"))},
-                   **({"stats/highest_stage": sums["stats/highest_stage"]} if "stats/highest_stage" in sums else {})}
+                   # sums over the episodes that ended (maxes for *_max keys); sinks.chunk_reduce divides them by
+                   # the chunk's num_episodes
+                   **{k: v for k, v in sums.items() if k.startswith("episode/")}}
         return train_state, batch, rs, metrics
 
     # ---------------------------------------------------------------------------------------------
@@ -262,7 +253,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     train_keys = ("obs", "action_mask", "action", "log_prob", "value", "advantage", "target")
 
     def loss_fn(params, mb, hyper):
-        log_prob, entropy, value = evaluate(params, mb["obs"], mb["action_mask"], mb["action"])
+        log_prob, entropy, value = nets.evaluate(network, params, mb["obs"], mb["action_mask"], mb["action"])
         log_ratio = log_prob - mb["log_prob"]
         ratio = jnp.exp(log_ratio)
         adv = mb["advantage"]

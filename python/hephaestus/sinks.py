@@ -22,17 +22,23 @@ import numpy as np
 
 # How a per-update metric becomes one number per chunk.
 SUMMED = ("num_episodes", "fully_masked_rows")
-MAXED = ("stats/highest_stage",)
 
 
 def chunk_reduce(metrics: dict) -> dict:
+    """One number per metric for a chunk. `episode/<key>` metrics arrive as per-update sums over the episodes
+    that ended (maxes for `*_max` keys): they become means over all the chunk's episodes (the max), and are left
+    out of a chunk in which no episode ended."""
+    from hephaestus.episode_stats import is_max_key
+
     out = {}
+    episodes = float(np.sum(metrics["num_episodes"])) if "num_episodes" in metrics else 0.0
     for key, values in metrics.items():
         values = np.asarray(values, dtype=np.float64)
-        if key in SUMMED:
+        if key.startswith("episode/"):
+            if episodes > 0:
+                out[key] = float(values.max()) if is_max_key(key) else float(values.sum() / episodes)
+        elif key in SUMMED:
             out[key] = float(values.sum())
-        elif key in MAXED:
-            out[key] = float(values.max())
         elif key in ("mean_episode_return", "mean_episode_length"):
             out[key] = float(values[-1])  # the latest estimate, not an average of stale ones
         else:
@@ -60,11 +66,15 @@ def seeds_reduce(metrics: dict) -> dict:
     num_seeds = np.shape(next(iter(metrics.values())))[1]
     per_seed = [chunk_reduce({k: np.asarray(v)[:, i] for k, v in metrics.items()}) for i in range(num_seeds)]
     out = {}
-    for key in per_seed[0]:
+    keys = list(dict.fromkeys(k for r in per_seed for k in r))  # episode/ keys are absent where no episode ended
+    per_seed = [{k: r.get(k, float("nan")) for k in keys} for r in per_seed]
+    for key in keys:
         values = np.array([r[key] for r in per_seed])
+        if key.startswith("episode/"):
+            values = values[np.isfinite(values)]
         out[key] = float(values.mean())
         if key in HEADLINE or key.startswith(("eval/", "episode/")):
-            out[f"{key}/std"] = float(values.std(ddof=1)) if num_seeds > 1 else 0.0
+            out[f"{key}/std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
             out[f"{key}/iqm"] = iqm(values)
     out["per_seed"] = {key: [r[key] for r in per_seed] for key in per_seed[0]}
     return out
@@ -104,14 +114,23 @@ def spread(r: dict, key: str, digits: int) -> str:
 
 
 class ConsoleSink:
-    def __init__(self, stream=None):
+    """One line per chunk; with episode statistics or evaluations, a brief suffix of each (`headline` keys)."""
+
+    def __init__(self, stream=None, headline=()):
         self.stream = stream or sys.stdout
+        self.headline = tuple(headline)  # report keys (episode_stats.report_keys) worth a place on the line
 
     def write(self, r: dict) -> None:
         line = (f"[{r['env_steps']:>12,}/{r['total_env_steps']:,}] {format_count(r['steps_per_second'])} steps/s "
                 f"ETA {format_duration(r['eta_seconds'])} | return {spread(r, 'mean_episode_return', 2)} "
                 f"len {spread(r, 'mean_episode_length', 1)} | ent {r['entropy']:.3f} kl {r['approx_kl']:.4f} "
                 f"clip {r['clip_frac']:.3f}")
+        for prefix in ("episode/", "eval/"):
+            shown = [f"{k} {r[prefix + k]:.2f}" for k in self.headline if prefix + k in r]
+            if prefix == "eval/" and "eval/return_mean" in r:
+                shown.insert(0, f"return {r['eval/return_mean']:.2f} len {r['eval/length_mean']:.0f}")
+            if shown:
+                line += f" | {prefix[:-1]} " + " ".join(shown)
         print(line, file=self.stream, flush=True)
 
     def message(self, text: str) -> None:
@@ -190,7 +209,7 @@ class HealthMonitor:
 # ------------------------------------------------------------------------------------------------------------
 # wandb and TensorBoard. Both log from the record the loop hands them, so nothing runs inside the compiled
 # program. Keys: pipeline metrics under `train/`, keys that already have a namespace (`reward/<term>`,
-# `actions/<group>_frac`, `stats/highest_stage`) as they are, `env_steps` and `update` at the top level.
+# `actions/<group>_frac`, `episode/<stat>`, `eval/<stat>`) as they are, `env_steps` and `update` at the top level.
 
 BOOKKEEPING = ("update", "env_steps", "total_env_steps", "eta_seconds")
 
@@ -388,8 +407,8 @@ class TensorBoardSink:
     def write(self, record: dict) -> None:
         step = int(record.get("update", 0))
         for key, value in loggable(record).items():
-            if key != "update":
-                self.writer.add_scalar(key, value, global_step=step)
+            if key != "update":  # TensorBoard tags allow [-/\w.]: `stage_reached>=2` -> `stage_reached_ge2`
+                self.writer.add_scalar(key.replace(">=", "_ge"), value, global_step=step)
         self.writer.flush()
 
     def close(self) -> None:

@@ -67,6 +67,8 @@ def _train(config, note, resume, run_dir, main_process) -> int:
     from hephaestus.envs.registry import UnknownEnvError, make_env
     from hephaestus.loop import TrainingError, enable_compilation_cache, run
     from hephaestus.ppo import make_train
+    from hephaestus import episode_stats
+    from hephaestus.evaluation import final_evaluation
     from hephaestus.sinks import ConsoleSink, JsonlSink
     from hephaestus.watchdog import StartupWatchdog
 
@@ -104,7 +106,9 @@ def _train(config, note, resume, run_dir, main_process) -> int:
         raise
     try:
         os.makedirs(run_dir, exist_ok=True)
-        sinks = [ConsoleSink(), JsonlSink(os.path.join(run_dir, "metrics.jsonl"))] if main_process else []
+        headline = episode_stats.headline_keys(env.spec.episode_stats)
+        sinks = [ConsoleSink(headline=headline), JsonlSink(os.path.join(run_dir, "metrics.jsonl"))] \
+            if main_process else []
     except OSError as err:
         session.close()
         fail(f"cannot write to {run_dir}: {err.strerror}")
@@ -131,6 +135,8 @@ def _train(config, note, resume, run_dir, main_process) -> int:
     if session.stop.signum is not None:
         print(session.stop_message(result))
         return session.stop.exit_code
+    if main_process:  # the end of a run (not a stop by signal): K episodes with the final parameters -> eval.json
+        final_evaluation(trainer, result.runner_state, run_dir, message=print)
     last = result.records[-1] if result.records else {}
     print(f"done: {last.get('env_steps', 0):,} env steps in {time.perf_counter() - t0:.1f}s "
           f"(compile {result.compile_seconds:.1f}s); final mean return {last.get('mean_episode_return', float('nan')):.2f}; "

@@ -5,8 +5,11 @@ the environment and the network shape, so the agent replays in the very environm
 
 * `resolve_params_path` turns a file, a run directory, a checkpoint step directory or `--latest` into one
   `.npz` file.
-* `Player` jits the policy (greedy = argmax of the masked logits, or sampled) and the env step *once*, and
-  plays episodes. gymnax-style envs (HackMatrix, gymnax) are stepped without auto-reset, so the last frame of
+* `load_agent` reads a parameter file and checks it against the env and network it names (evaluate.py uses it
+  too).
+* `Player` jits the one policy (`networks.act`: greedy = argmax over the valid actions, or sampled) and the env
+  step *once*, and plays episodes; the summary ends with the env's declared episode statistics, as
+  evaluate.py prints them. gymnax-style envs (HackMatrix, gymnax) are stepped without auto-reset, so the last frame of
   an episode is the state it ended in; other families go through the adapter and show `final_obs`.
 * Frames: an episode of `n` steps gives `n + 1` frames (the reset state, then the state after each step).
   A saved GIF/MP4 holds the frames of all episodes one after the other, each with a caption line (episode,
@@ -29,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+
+from hephaestus import episode_stats
 
 PARAMS_RE = re.compile(r"params_(\d+)\.npz")
 FINAL = "final_params.npz"
@@ -91,6 +96,66 @@ def resolve_params_path(path: str | None, latest: bool = False, checkpoints_dir:
     raise WatchError(f"{path}: no final_params.npz or params_<n>.npz in this directory")
 
 
+# ------------------------------------------------------------------------------------------------ loading
+def load_env(name: str):
+    """The adapted env by name, with one-line errors."""
+    from hephaestus.envs.registry import UnknownEnvError, make_env
+
+    try:
+        return make_env(name)
+    except UnknownEnvError as err:
+        raise WatchError(str(err)) from None
+    except Exception as err:  # noqa: BLE001 - e.g. an optional env family that is not installed
+        raise WatchError(f"cannot build env {name!r}: {type(err).__name__}: {err}".splitlines()[0]) from None
+
+
+def load_agent(params_path: str, env_override: str | None = None, seed_index: int | None = None):
+    """(params, metadata, adapted env, network) of a parameter file (seed `seed_index` of a multi-seed file),
+    checked against each other: the env it
+    names (else `env_override`), the network its metadata describes, the arrays' shapes. watch_agent.py and
+    evaluate.py load agents through this."""
+    import jax
+    import jax.numpy as jnp
+
+    from hephaestus.export import ExportError, load_params_npz, network_from_meta, select_seed
+
+    try:
+        params, meta = load_params_npz(params_path)
+        # A --num-seeds file holds every seed's agent: take one (--seed-index, default 0).
+        params, _ = select_seed(params, meta, seed_index, params_path)
+    except ExportError as err:
+        raise WatchError(str(err)) from None
+    file_env = meta.get("env")
+    if file_env and env_override and env_override != file_env:
+        print(f"note: {params_path} was trained on {file_env}; ignoring --env {env_override}", file=sys.stderr)
+    env_name = file_env or env_override
+    if not env_name:
+        raise WatchError(f"{params_path}: the file names no environment; pass --env")
+    net = meta.get("network") or {}
+    missing = [k for k in ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers") if k not in net]
+    if missing:
+        raise WatchError(f"{params_path}: network metadata lacks {', '.join(missing)}")
+    env = load_env(env_name)
+    spec = env.spec
+    if spec.obs_dim != net["obs_dim"] or spec.action_dim != net["action_dim"] or spec.discrete != net["discrete"]:
+        raise WatchError(
+            f"{params_path}: network expects obs {net['obs_dim']} / actions {net['action_dim']}, but "
+            f"{env_name} has obs {spec.obs_dim} / actions {spec.action_dim} (trained on another version?)")
+    if not spec.discrete and not net.get("action_low"):  # files that do not carry the bounds: the env's
+        net = {**net, "action_low": list(spec.action_low), "action_high": list(spec.action_high)}
+        meta = {**meta, "network": net}
+    network = network_from_meta(meta)
+    # The arrays must fit the network the metadata describes (shapes only; nothing is computed).
+    expected = jax.eval_shape(network.init, jax.random.PRNGKey(0), jnp.zeros((1, spec.obs_dim), jnp.float32))
+    want = {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(expected)}
+    got = {jax.tree_util.keystr(k): tuple(np.shape(v)) for k, v in jax.tree_util.tree_leaves_with_path(params)}
+    if want != got:
+        bad = sorted(set(want) ^ set(got)) or sorted(k for k in want if want[k] != got[k])
+        raise WatchError(f"{params_path}: parameters do not match the network in its metadata "
+                         f"(first difference: {bad[0]})")
+    return jax.tree.map(jnp.asarray, params), meta, env, network
+
+
 # ------------------------------------------------------------------------------------------------ actions
 def action_names(env_name: str, action_dim: int, discrete: bool) -> list[str] | None:
     if not discrete:
@@ -149,7 +214,8 @@ def _env_functions(env_name: str, env):
             obs, mask = split_observation(obs_tree)
             if mask is None:
                 mask = jnp.ones((spec.action_dim if spec.discrete else 1,), bool)
-            extras = {k: info[k] for k in ("reward_terms", "stage", "victory", "invalid_action") if k in info}
+            extras = {k: info[k] for k in ("reward_terms", "stage", "victory", "invalid_action", "episode_stats")
+                      if k in info}
             return state, obs, mask, jnp.asarray(reward, jnp.float32), done, truncated, extras
     else:
         def reset(key):
@@ -195,6 +261,8 @@ class EpisodeResult:
     outcome: str  # won | died | terminated | invalid action | time limit | out of steps
     highest_stage: int | None
     programs: dict  # program name -> times used (HackMatrix)
+    stats: dict = field(default_factory=dict)  # declared episode statistics (episode_stats.py) of this episode
+    finished: bool = True  # ended by the env (not by --max-steps or a stop)
 
 
 class Player:
@@ -202,82 +270,28 @@ class Player:
 
     def __init__(self, params_path: str, env_override: str | None = None, greedy: bool = True,
                  seed_index: int | None = None):
-        from hephaestus.envs.registry import UnknownEnvError, make_env
-        from hephaestus.export import ExportError, load_params_npz, network_from_meta, num_seeds_of, select_seed
+        self.params, self.meta, self.env, self.network = load_agent(params_path, env_override, seed_index)
+        self.seed_index = 0 if seed_index is None else seed_index
+        from hephaestus.export import num_seeds_of
 
-        try:
-            self.params, self.meta = load_params_npz(params_path)
-            # A --num-seeds file holds every seed's agent: play one (--seed-index, default 0).
-            self.params, self.seed_index = select_seed(self.params, self.meta, seed_index, params_path)
-        except ExportError as err:
-            raise WatchError(str(err)) from None
         self.num_seeds = num_seeds_of(self.meta)
-        file_env = self.meta.get("env")
-        if file_env and env_override and env_override != file_env:
-            print(f"note: {params_path} was trained on {file_env}; ignoring --env {env_override}", file=sys.stderr)
-        self.env_name = file_env or env_override
-        if not self.env_name:
-            raise WatchError(f"{params_path}: the file names no environment; pass --env")
-        net = self.meta.get("network") or {}
-        missing = [k for k in ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers") if k not in net]
-        if missing:
-            raise WatchError(f"{params_path}: network metadata lacks {', '.join(missing)}")
-        try:
-            self.env = make_env(self.env_name)
-        except UnknownEnvError as err:
-            raise WatchError(str(err)) from None
-        except Exception as err:  # noqa: BLE001 - e.g. an optional env family that is not installed
-            raise WatchError(f"cannot build env {self.env_name!r}: {type(err).__name__}: {err}".splitlines()[0]) \
-                from None
-        spec = self.env.spec
-        if spec.obs_dim != net["obs_dim"] or spec.action_dim != net["action_dim"] or spec.discrete != net["discrete"]:
-            raise WatchError(
-                f"{params_path}: network expects obs {net['obs_dim']} / actions {net['action_dim']}, but "
-                f"{self.env_name} has obs {spec.obs_dim} / actions {spec.action_dim} (trained on another version?)")
-        self.spec = spec
-        self.network = network_from_meta(self.meta)
-        self._check_params(params_path)
+        self.env_name = self.env.spec.name
+        self.spec = spec = self.env.spec
         self.greedy = greedy
         self.names = action_names(self.env_name, spec.action_dim, spec.discrete)
         self.is_hackmatrix = self.env_name == "hackmatrix"
         self._build()
 
-    def _check_params(self, params_path):
-        """The arrays must fit the network the metadata describes (shapes only; nothing is computed)."""
-        import jax
-        import jax.numpy as jnp
-
-        expected = jax.eval_shape(self.network.init, jax.random.PRNGKey(0),
-                                  jnp.zeros((1, self.spec.obs_dim), jnp.float32))
-        want = {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(expected)}
-        got = {jax.tree_util.keystr(k): tuple(np.shape(v))
-               for k, v in jax.tree_util.tree_leaves_with_path(self.params)}
-        if want != got:
-            bad = sorted(set(want) ^ set(got)) or sorted(k for k in want if want[k] != got[k])
-            raise WatchError(f"{params_path}: parameters do not match the network in its metadata "
-                             f"(first difference: {bad[0]})")
-        self.params = jax.tree.map(jnp.asarray, self.params)
-
     # -- the compiled functions (jit once; every step reuses them) --------------------------------------
     def _build(self):
         import jax
-        import jax.numpy as jnp
 
         from hephaestus import networks as nets
 
-        spec, network, greedy = self.spec, self.network, self.greedy
-        low = jnp.asarray(spec.action_low, jnp.float32) if not spec.discrete else None
-        high = jnp.asarray(spec.action_high, jnp.float32) if not spec.discrete else None
+        network, greedy = self.network, self.greedy
 
-        def policy(params, key, obs, mask):
-            out, _ = network.apply(params, obs)
-            if spec.discrete:
-                if greedy:
-                    return jnp.argmax(nets.masked_logits(out, mask), axis=-1).astype(jnp.int32)
-                return nets.categorical_sample(key, out, mask).astype(jnp.int32)
-            if greedy:
-                return jnp.clip(out, low, high)
-            return jnp.clip(nets.gaussian_sample(key, out, params["params"]["log_std"]), low, high)
+        def policy(params, key, obs, mask):  # the env action of the one policy (networks.act)
+            return nets.act(network, params, obs, mask, key, greedy)[0]
 
         self._policy = jax.jit(policy)
         self.raw_stepping, self._reset, self._step, self._render_rgb = _env_functions(self.env_name, self.env)
@@ -301,6 +315,7 @@ class Player:
             key, k_reset = jax.random.split(key)
             state, obs, mask = self._reset(k_reset)
             total, stage, programs = 0.0, self._stage(state, {}), {}
+            stats = episode_stats.zeros(self.spec.episode_stats, (), np)
             frame = Frame(ep + 1, 0, state, np.asarray(obs), stage=stage)
             if on_frame(frame):
                 break
@@ -315,6 +330,9 @@ class Player:
                 name = describe_action(self.names, action)
                 if self.is_hackmatrix and int(action) >= 5:
                     programs[name] = programs.get(name, 0) + 1
+                if self.spec.episode_stats:
+                    stats = episode_stats.accumulate(self.spec.episode_stats, stats,
+                                                     jax.device_get(info["episode_stats"]), np)
                 st = self._stage(state, info)
                 if st is not None:
                     stage = st if stage is None else max(stage, st)
@@ -334,7 +352,8 @@ class Player:
                 if done:
                     outcome = done
                     break
-            result = EpisodeResult(steps, total, outcome, stage, programs)
+            result = EpisodeResult(steps, total, outcome, stage, programs, {k: float(v) for k, v in stats.items()},
+                                   outcome not in ("out of steps", "stopped"))
             results.append(result)
             if on_end:
                 on_end(ep + 1, result)
@@ -648,7 +667,9 @@ def episode_line(ep: int, r: EpisodeResult) -> str:
     return line
 
 
-def summary_lines(results: list[EpisodeResult]) -> list[str]:
+def summary_lines(results: list[EpisodeResult], stats=()) -> list[str]:
+    """The replay's summary, then the same statistics evaluate.py and training's eval/ report (`stats`: the env's
+    declared episode statistics)."""
     if not results:
         return ["no episodes played"]
     returns = np.array([r.total_reward for r in results])
@@ -668,6 +689,11 @@ def summary_lines(results: list[EpisodeResult]) -> list[str]:
             programs[k] = programs.get(k, 0) + v
     if programs:
         lines.append("programs used: " + ", ".join(f"{k} x{v}" for k, v in sorted(programs.items())))
+    from hephaestus import evaluation
+
+    out = {"return": returns, "length": steps, "finished": np.array([r.finished for r in results]),
+           "stats": {s.name: np.array([r.stats.get(s.name, 0.0) for r in results]) for s in stats}}
+    lines += evaluation.summary_lines(evaluation.summarise(out, stats, "eval/"), "eval/")
     return lines
 
 
@@ -745,7 +771,7 @@ def main(argv=None, compile_cache: bool = True) -> int:
             print(f"saved {n} frames to {args.save}")
         elif args.window:
             view.close()
-        print("\n".join(summary_lines(results)))
+        print("\n".join(summary_lines(results, player.spec.episode_stats)))
         return 0
     except WatchError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -38,7 +38,7 @@ class EnvStep:
     terminated: jax.Array  # bool[]
     truncated: jax.Array  # bool[]
     final_obs: jax.Array  # float32[obs_dim], the observation the step landed on, before any reset
-    info: dict  # env-specific extras; `reward_terms` (dict of float32[]) and `stage` are logged
+    info: dict  # env-specific extras: `reward_terms` (dict of float32[]), `stage`, `episode_stats` (dict of float32[])
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,10 @@ class EnvSpec:
     # observation the env produces, so the rollout can store it exactly in uint8 (obs_storage.py). Taken from
     # the env's `obs_quanta` attribute when it has one.
     obs_quanta: tuple[float, ...] | None = None
+    # Optional per-episode statistics (episode_stats.EpisodeStat), from the env's `episode_stats` attribute; every
+    # step then reports one float32 value for each in `info["episode_stats"]`, and the pipeline sums or maxes them
+    # over episodes and reports them under episode/ (training) and eval/ (evaluation).
+    episode_stats: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -133,9 +137,23 @@ def with_obs_structure(spec: EnvSpec, env) -> EnvSpec:
     return dataclasses.replace(spec, obs_cells=(flat, num_cells, channels))
 
 
-def _info_extras(info: dict) -> dict:
-    """Keep only the info entries the pipeline knows how to aggregate (fixed, small, scalar-valued)."""
+def with_episode_stats(spec: EnvSpec, env) -> EnvSpec:
+    """`spec` with the env's declared per-episode statistics (episode_stats.py)."""
+    from hephaestus.episode_stats import as_stats
+
+    return dataclasses.replace(spec, episode_stats=as_stats(getattr(env, "episode_stats", ())))
+
+
+def _info_extras(info: dict, spec: EnvSpec | None = None) -> dict:
+    """Keep only the info entries the pipeline knows how to aggregate (fixed, small, scalar-valued): reward
+    terms, the stage, and the declared episode statistics (each must be reported on every step)."""
     keep = {}
+    if spec is not None and spec.episode_stats:
+        reported = info.get("episode_stats", {})
+        missing = [s.name for s in spec.episode_stats if s.name not in reported]
+        if missing:
+            raise ValueError(f"{spec.name}: its step reports no value for the declared episode stats {missing}")
+        keep["episode_stats"] = {s.name: jnp.asarray(reported[s.name], jnp.float32) for s in spec.episode_stats}
     if "reward_terms" in info:
         keep["reward_terms"] = {k: jnp.asarray(v, jnp.float32) for k, v in info["reward_terms"].items()}
     if "stage" in info:
@@ -166,7 +184,7 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
     spec = _probe_spec(name, raw_reset, discrete, action_dim, low, high)
     if discrete and getattr(env, "action_groups", None):
         spec = dataclasses.replace(spec, action_groups=tuple((str(n), int(a), int(b)) for n, a, b in env.action_groups))
-    spec = with_obs_structure(spec, env)
+    spec = with_episode_stats(with_obs_structure(spec, env), env)
 
     def reset(key):
         state, obs_tree = raw_reset(key)
@@ -179,7 +197,7 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
         if getattr(env, "step_and_reset", None):
             new_obs, new_state, reward, terminated, truncated, info = env.step_and_reset(key, state, action, params)
             return new_state, _finish(spec, new_obs, reward, terminated, truncated, info["final_observation"],
-                                      _info_extras(info))
+                                      _info_extras(info, spec))
         key_step, key_reset = jax.random.split(key)
         out = env.step_env(key_step, state, action, params)
         obs_tree, next_state, reward, done, info = out
@@ -193,7 +211,7 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
         reset_obs, reset_state = env.reset_env(key_reset, params)
         new_state = _select(finished, reset_state, next_state)
         new_obs = _select(finished, reset_obs, obs_tree)
-        return new_state, _finish(spec, new_obs, reward, terminated, truncated, obs_tree, _info_extras(info))
+        return new_state, _finish(spec, new_obs, reward, terminated, truncated, obs_tree, _info_extras(info, spec))
 
     return AdaptedEnv(spec=spec, reset=reset, step=step, raw_env=env, raw_params=params)
 
@@ -214,7 +232,7 @@ def adapt_jumanji(env, name: str) -> AdaptedEnv:
         state, timestep = env.reset(key)
         return state, timestep.observation
 
-    spec = with_obs_structure(_probe_spec(name, raw_reset, True, action_dim), env)
+    spec = with_episode_stats(with_obs_structure(_probe_spec(name, raw_reset, True, action_dim), env), env)
 
     def reset(key):
         state, obs_tree = raw_reset(key)
@@ -230,6 +248,6 @@ def adapt_jumanji(env, name: str) -> AdaptedEnv:
         new_state = _select(last, reset_state, next_state)
         new_obs = _select(last, reset_ts.observation, timestep.observation)
         return new_state, _finish(spec, new_obs, timestep.reward, terminated, truncated, timestep.observation,
-                                  _info_extras(timestep.extras or {}))
+                                  _info_extras(timestep.extras or {}, spec))
 
     return AdaptedEnv(spec=spec, reset=reset, step=step, raw_env=env)

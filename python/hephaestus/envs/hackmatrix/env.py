@@ -5,7 +5,9 @@ import jax
 import jax.numpy as jnp
 from gymnax.environments import environment, spaces
 
-from .constants import NUM_ACTIONS, OBS_SIZE
+from hephaestus.episode_stats import EpisodeStat
+
+from .constants import NUM_ACTIONS, OBS_SIZE, PROGRAM_NAMES
 from . import rng
 from .compact import compacted_pair
 from .generate import initialize_stage_seeded, new_game, new_game_stage_seed, new_game_start
@@ -29,9 +31,33 @@ def _level(need, is_new_game, obs_state, sd_stage, sd_reset):
     return get_obs(out), out
 
 
-def _landed_info(info, obs, state):
-    """The step's info with the mask and stage of the state the action landed on (before any auto-reset)."""
-    return {**info, "action_mask": obs["action_mask"], "stage": state.stage}
+def _landed_info(info, obs, state, truncated):
+    """The step's info with the mask and stage of the state the action landed on (before any auto-reset), and
+    the episode statistics completed with ``step_limit`` (whether the step ended the episode by truncation)."""
+    stats = {**info["episode_stats"], "step_limit": truncated.astype(jnp.float32)}
+    return {**info, "action_mask": obs["action_mask"], "stage": state.stage, "episode_stats": stats}
+
+
+# What one episode did (episode_stats.py): summed or maxed over its steps by the pipeline, reported as means,
+# rates and thresholds under episode/ (training) and eval/ (evaluation). The values come from step.episode_stats.
+# victory, death, step_limit and invalid_action are exclusive: exactly one is 1 in every finished episode (the
+# cause of its end).
+EPISODE_STATS = (
+    EpisodeStat("stage_reached", "max", thresholds=tuple(range(2, 9)),
+                doc="highest stage the episode was on (1..8)", headline=True),
+    EpisodeStat("stages_cleared", "sum", doc="exits taken, victory included (R94's UNDO can re-take one)"),
+    EpisodeStat("victory", "max", rate=True, doc="stage 8 completed (R109)", headline=True),
+    EpisodeStat("death", "max", rate=True, doc="HP reached 0"),
+    EpisodeStat("step_limit", "max", rate=True, doc="truncated at max_steps_in_episode (D6)"),
+    EpisodeStat("invalid_action", "max", rate=True, doc="ended by a masked action (R121, D5)"),
+    EpisodeStat("siphons_used", "sum", doc="valid SIPHON actions", headline=True),
+    EpisodeStat("siphons_collected", "sum", doc="data siphons picked up (R44)"),
+    EpisodeStat("programs_played", "sum", doc="valid program actions, all 23"),
+    EpisodeStat("credits_gathered", "sum", doc="credits taken by siphoning"),
+    EpisodeStat("energy_gathered", "sum", doc="energy taken by siphoning"),
+    EpisodeStat("score_gained", "sum", doc="data points gained (R105)"),
+    EpisodeStat("kills", "sum", doc="kills as counted for the reward (R106)"),
+) + tuple(EpisodeStat(f"program_{name}", "sum", doc=f"{name} played") for name in PROGRAM_NAMES)
 
 
 # (new stage where next_stage, new game where done) -> (next obs and state, the obs the step landed on)
@@ -48,6 +74,8 @@ class HackMatrix(environment.Environment):
     obs_cells = (33, 36, 42)
     # obs * obs_quanta is an integer in 0..255 (observe.py): the rollout stores observations exactly in uint8.
     obs_quanta = OBS_QUANTA
+    # Per-episode statistics (episode_stats.py); each step reports its values in info["episode_stats"].
+    episode_stats = EPISODE_STATS
 
     @property
     def default_params(self) -> EnvParams:
@@ -77,14 +105,16 @@ class HackMatrix(environment.Environment):
         # their level.
         (obs, state), final_obs = _levels_compact(next_stage, done, (get_obs(st), st), sd_stage,
                                                   rng.seed(key_reset))
-        info = {**_landed_info(info, final_obs, st), "terminated": terminated, "truncated": truncated,
+        info = {**_landed_info(info, final_obs, st, truncated & ~terminated), "terminated": terminated,
+                "truncated": truncated,
                 "final_observation": final_obs}
         return obs, state, reward, terminated, truncated, info
 
     def step_env(self, key, state: EnvState, action, params: EnvParams):
         state, reward, terminated, info = _step(state, action, key, params)
         obs = get_obs(state)
-        return obs, state, reward, terminated, _landed_info(info, obs, state)
+        truncated = self.is_truncated(state, params) & ~terminated
+        return obs, state, reward, terminated, _landed_info(info, obs, state, truncated)
 
     def is_terminated(self, state, params):
         return state.hp == 0

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 from . import pathfinding as pf
 from .constants import (
     A_RESET, A_SIPHON, A_UNDO, A_WAIT, BIG, BLOCK, CROSS, DATA_SIPHON, DEATH_PENALTY_SUMS, EMPTY, EXIT,
-    NBR_IDX, NUM_ACTIONS, NUM_PROGRAMS, RAY_IDX, RAY_INB, STAGE_REWARDS,
+    NBR_IDX, NUM_ACTIONS, NUM_PROGRAMS, PROGRAM_NAMES, RAY_IDX, RAY_INB, STAGE_REWARDS,
 )
 from .enemies import enemy_phase
 from . import rng
@@ -226,5 +226,30 @@ def play(state, action, key, params):
         "victory": victory & valid,
         "dropped_transmissions": jnp.where(valid, dropped, 0).astype(i32),
         "reward_terms": terms,
+        "episode_stats": episode_stats(state, st, sp, action, valid, kills, pickup, reached, dead, victory),
     }
     return st, next_stage, sd_stage, reward, terminated, info
+
+
+def episode_stats(before, after, siphoned, action, valid, kills, pickup, reached, dead, victory):
+    """This step's contribution to each statistic of env.EPISODE_STATS but ``step_limit`` (the env adds it: the
+    step limit is the env's truncation). ``after`` is the state the step landed on (``before`` for an invalid
+    action), ``siphoned`` the siphon branch's state."""
+    is_siphon = (action == A_SIPHON) & valid
+    played = (action - 5 == jnp.arange(NUM_PROGRAMS)) & valid
+    stats = {
+        "stage_reached": after.stage,
+        "stages_cleared": reached & valid,
+        "victory": victory & valid,
+        "death": dead & valid,
+        "invalid_action": ~valid,
+        "siphons_used": is_siphon,
+        "siphons_collected": pickup & valid,
+        "programs_played": jnp.sum(played),
+        "credits_gathered": jnp.where(is_siphon, siphoned.credits - before.credits, 0),
+        "energy_gathered": jnp.where(is_siphon, siphoned.energy - before.energy, 0),
+        "score_gained": jnp.maximum(after.score - before.score, 0),
+        "kills": jnp.where(valid, kills, 0),
+        **{f"program_{name}": played[i] for i, name in enumerate(PROGRAM_NAMES)},
+    }
+    return {k: jnp.asarray(v, f32) for k, v in stats.items()}

@@ -1,0 +1,132 @@
+"""Per-episode statistics an environment declares, and how the pipeline reports them.
+
+An env declares its statistics once, as `episode_stats = (EpisodeStat(...), ...)` (a class attribute, copied into
+`EnvSpec.episode_stats` by the adapter), and reports one float32 value per statistic on every step in
+`info["episode_stats"]` (a dict name -> value). Each statistic says how its per-step values make one value per
+episode (`aggregate`: "sum" or "max") and how a set of episodes is reported:
+
+* a counted statistic (`sum`, e.g. siphons used): `<name>_per_episode`, the mean over episodes;
+* a level (`max`, e.g. the highest stage reached): `<name>` (mean over episodes), `<name>_max` (the largest),
+  and `<name>>=t` (the fraction of episodes reaching t) for each declared threshold;
+* a flag (`rate=True`, a 0/1 value, e.g. victory): `<name>_rate`, the fraction of episodes where it happened.
+
+`report_values` maps one episode's values to those report keys, so training (episodes that end during an update,
+ppo.py), evaluation (evaluation.py) and replays (watch.py) report the same keys with no env-specific code. Nothing
+here is HackMatrix's: its declaration lives in envs/hackmatrix/env.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+AGGREGATES = ("sum", "max")
+
+
+@dataclass(frozen=True)
+class EpisodeStat:
+    name: str
+    aggregate: str = "sum"  # "sum" or "max" of the per-step values over an episode
+    rate: bool = False  # a 0/1 flag: report the fraction of episodes (<name>_rate)
+    thresholds: tuple[float, ...] = ()  # for levels: report the fraction of episodes with value >= t
+    doc: str = ""
+    headline: bool = False  # shown on the console line (headline_keys), not only in the metrics file
+
+    def __post_init__(self):
+        if self.aggregate not in AGGREGATES:
+            raise ValueError(f"episode stat {self.name!r}: aggregate must be one of {AGGREGATES}, "
+                             f"got {self.aggregate!r}")
+        if not self.name or "/" in self.name:
+            raise ValueError(f"episode stat {self.name!r}: a name without '/' is needed")
+
+
+def as_stats(declared) -> tuple[EpisodeStat, ...]:
+    """An env's `episode_stats` attribute as a tuple of EpisodeStat (tuples `(name, aggregate)` accepted)."""
+    out = []
+    for item in declared or ():
+        out.append(item if isinstance(item, EpisodeStat) else EpisodeStat(*item))
+    names = [s.name for s in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"episode stats declared twice: {sorted({n for n in names if names.count(n) > 1})}")
+    return tuple(out)
+
+
+def fmt_threshold(t: float) -> str:
+    return str(int(t)) if float(t).is_integer() else str(t)
+
+
+def report_keys(stats: Sequence[EpisodeStat]) -> list[str]:
+    keys = []
+    for s in stats:
+        if s.rate:
+            keys.append(f"{s.name}_rate")
+        elif s.aggregate == "sum":
+            keys.append(f"{s.name}_per_episode")
+        else:
+            keys += [s.name, f"{s.name}_max"] + [f"{s.name}>={fmt_threshold(t)}" for t in s.thresholds]
+    return keys
+
+
+def headline_keys(stats: Sequence[EpisodeStat]) -> list[str]:
+    """The report keys of the headline statistics: a rate, a count per episode, or a level's mean and its first
+    threshold."""
+    keys = []
+    for s in stats:
+        if not s.headline:
+            continue
+        if s.rate:
+            keys.append(f"{s.name}_rate")
+        elif s.aggregate == "sum":
+            keys.append(f"{s.name}_per_episode")
+        else:
+            keys += [s.name] + [f"{s.name}>={fmt_threshold(t)}" for t in s.thresholds[:1]]
+    return keys
+
+
+def is_max_key(key: str) -> bool:
+    """A report key reduced by max over episodes (and over a chunk's updates) rather than averaged."""
+    return key.endswith("_max")
+
+
+def report_values(stats: Sequence[EpisodeStat], values: dict, xp) -> dict:
+    """Report key -> per-episode quantity (same shape as the values), to be averaged over episodes (or maxed,
+    for `*_max` keys). `values`: stat name -> one value per episode; `xp`: numpy or jax.numpy."""
+    out = {}
+    for s in stats:
+        v = values[s.name]
+        if s.rate:
+            out[f"{s.name}_rate"] = (v > 0).astype(xp.float32)
+        elif s.aggregate == "sum":
+            out[f"{s.name}_per_episode"] = v
+        else:
+            out[s.name] = v
+            out[f"{s.name}_max"] = v
+            for t in s.thresholds:
+                out[f"{s.name}>={fmt_threshold(t)}"] = (v >= t).astype(xp.float32)
+    return out
+
+
+def zeros(stats: Sequence[EpisodeStat], shape, xp) -> dict:
+    """Running per-episode values at the start of an episode (0 for sums and for maxes: values are >= 0)."""
+    return {s.name: xp.zeros(shape, xp.float32) for s in stats}
+
+
+def accumulate(stats: Sequence[EpisodeStat], running: dict, step_values: dict, xp) -> dict:
+    """The running per-episode values after one more step."""
+    out = {}
+    for s in stats:
+        v = xp.asarray(step_values[s.name], xp.float32)
+        out[s.name] = running[s.name] + v if s.aggregate == "sum" else xp.maximum(running[s.name], v)
+    return out
+
+
+def summarise(stats: Sequence[EpisodeStat], values: dict, prefix: str) -> dict:
+    """Host side: `prefix` + report key -> mean over the episodes (max for `*_max` keys). `values`: stat name
+    -> numpy array with one value per episode."""
+    import numpy as np
+
+    out = {}
+    for key, q in report_values(stats, {k: np.asarray(v, np.float32) for k, v in values.items()}, np).items():
+        if q.size:
+            out[prefix + key] = float(q.max() if is_max_key(key) else q.mean())
+    return out

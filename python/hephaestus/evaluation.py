@@ -1,0 +1,294 @@
+"""Evaluation episodes: K complete episodes with given parameters, as their own compiled program.
+
+`make_evaluator(env, network, episodes, max_steps, policy)` returns a jitted pure function `(params, key) ->
+per-episode arrays`: K envs step in parallel (`vmap` of the adapter's step), each runs one episode from its reset
+to its end or to `max_steps`, inside one `lax.while_loop` that stops when every episode has ended. A lane whose
+episode ended keeps stepping (the adapter auto-resets it) but nothing it does is counted. Nothing depends on
+Python state, so the function can later be vmapped over seeds' parameters and keys.
+
+Policies: `greedy` (argmax over the valid actions, or the Gaussian mean), `sampled` (the training policy),
+`random` (masked-uniform over the valid actions, or uniform in the action bounds; `params` unused), all through
+`networks.act`.
+
+`summarise(out, stats, prefix)` reduces the arrays on the host to `<prefix>return_mean/_std/_min/_max`,
+`<prefix>length_mean`, `<prefix>episodes`, `<prefix>capped_rate` (episodes cut by `max_steps`; their return,
+length and statistics are those of the part played) and every declared episode statistic
+(episode_stats.summarise: e.g. `eval/stage_reached>=2`, `eval/victory_rate`, `eval/siphons_per_episode`).
+
+The training loop runs it every `--eval-every` updates (loop.py), train.py once at the end of a run
+(`eval.json`), and `scripts/evaluate.py` for any saved agent (`main` below).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+from hephaestus.watch import WatchError, load_agent, load_env, resolve_params_path
+
+POLICIES = ("greedy", "sampled", "random")
+EVAL_JSON = "eval.json"
+
+
+class EvalError(Exception):
+    """Bad input to scripts/evaluate.py; the message is one line."""
+
+
+def make_evaluator(env, network, episodes: int, max_steps: int, policy: str = "greedy"):
+    """The jitted `(params, key) -> {"return", "length", "finished", "stats": {name: ...}}`, arrays of [episodes]."""
+    import jax
+    import jax.numpy as jnp
+
+    from hephaestus import episode_stats
+    from hephaestus import networks as nets
+
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    if episodes < 1 or max_steps < 1:
+        raise ValueError(f"evaluation needs at least 1 episode and 1 step (got {episodes}, {max_steps})")
+    spec = env.spec
+    stats = spec.episode_stats
+    v_reset, v_step = jax.vmap(env.reset), jax.vmap(env.step)
+
+    def choose(params, obs, mask, key):
+        if policy != "random":
+            return nets.act(network, params, obs, mask, key, greedy=policy == "greedy")[0]
+        if spec.discrete:
+            return nets.categorical_sample(key, jnp.zeros(mask.shape, jnp.float32), mask)
+        low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
+        return jax.random.uniform(key, (obs.shape[0], spec.action_dim), minval=low, maxval=high)
+
+    def run(params, key):
+        key_reset, key = jax.random.split(key)
+        env_state, first = v_reset(jax.random.split(key_reset, episodes))
+        carry = {"env_state": env_state, "obs": first.obs, "mask": first.action_mask, "key": key,
+                 "t": jnp.int32(0), "active": jnp.ones((episodes,), bool), "finished": jnp.zeros((episodes,), bool),
+                 "return": jnp.zeros((episodes,), jnp.float32), "length": jnp.zeros((episodes,), jnp.int32),
+                 "stats": episode_stats.zeros(stats, (episodes,), jnp)}
+
+        def cond(c):
+            return (c["t"] < max_steps) & jnp.any(c["active"])
+
+        def body(c):
+            key, key_act, key_env = jax.random.split(c["key"], 3)
+            action = choose(params, c["obs"], c["mask"], key_act)
+            env_state, step = v_step(jax.random.split(key_env, episodes), c["env_state"], action)
+            active = c["active"]
+            done = jnp.logical_or(step.terminated, step.truncated)
+            ran = episode_stats.accumulate(stats, c["stats"], step.info.get("episode_stats", {}), jnp)
+            return {"env_state": env_state, "obs": step.obs, "mask": step.action_mask, "key": key,
+                    "t": c["t"] + 1, "active": active & ~done, "finished": c["finished"] | (active & done),
+                    "return": c["return"] + jnp.where(active, step.reward, 0.0),
+                    "length": c["length"] + active.astype(jnp.int32),
+                    "stats": {k: jnp.where(active, ran[k], c["stats"][k]) for k in ran}}
+
+        c = jax.lax.while_loop(cond, body, carry)
+        return {"return": c["return"], "length": c["length"], "finished": c["finished"], "stats": c["stats"]}
+
+    return jax.jit(run)
+
+
+def summarise(out: dict, stats, prefix: str = "eval/") -> dict:
+    """Host-side metrics of one evaluation (see the module docstring)."""
+    from hephaestus import episode_stats
+
+    out = {k: (np.asarray(v) if k != "stats" else {n: np.asarray(x) for n, x in v.items()}) for k, v in out.items()}
+    returns = out["return"].astype(np.float64)
+    metrics = {f"{prefix}episodes": int(returns.size),
+               f"{prefix}return_mean": float(returns.mean()), f"{prefix}return_std": float(returns.std()),
+               f"{prefix}return_min": float(returns.min()), f"{prefix}return_max": float(returns.max()),
+               f"{prefix}length_mean": float(out["length"].mean()),
+               f"{prefix}capped_rate": float(1.0 - out["finished"].mean())}
+    metrics.update(episode_stats.summarise(stats, out["stats"], prefix))
+    return metrics
+
+
+def run_in_batches(program, params, key, episodes: int, batch: int) -> dict:
+    """`episodes` episodes from a program compiled for `batch` parallel ones: ceil(episodes / batch) calls with
+    keys fold_in(key, i), concatenated and cut to `episodes`. One compiled program then serves evaluations of
+    any size (the HackMatrix step makes each new size a compile of a minute or more)."""
+    import jax
+
+    outs = [jax.device_get(program(params, jax.random.fold_in(key, i))) for i in range(-(-episodes // batch))]
+    return jax.tree.map(lambda *xs: np.concatenate(xs)[:episodes], *outs)
+
+
+class Evaluator:
+    """Compiles the evaluation programs a run asks for once and runs them (the loop and train.py use it):
+    `episodes` episodes each time, `batch` of them in parallel (default: all)."""
+
+    def __init__(self, env, network, episodes: int, max_steps: int, sampled: bool = False, batch: int = 0):
+        self.stats = env.spec.episode_stats
+        self.episodes, self.batch = episodes, batch or episodes
+        self.programs = {"eval/": make_evaluator(env, network, self.batch, max_steps, "greedy")}
+        if sampled:
+            self.programs["eval_sampled/"] = make_evaluator(env, network, self.batch, max_steps, "sampled")
+        self.compiled = False
+
+    def __call__(self, params, key) -> tuple[dict, dict]:
+        """(metrics, raw per-episode arrays by prefix). Blocks until done."""
+        import jax
+
+        metrics, raw = {}, {}
+        for i, (prefix, program) in enumerate(self.programs.items()):
+            out = run_in_batches(program, params, jax.random.fold_in(key, i), self.episodes, self.batch)
+            raw[prefix] = out
+            metrics.update(summarise(out, self.stats, prefix))
+        self.compiled = True
+        return metrics, raw
+
+
+def eval_key(seed: int, update: int):
+    """The evaluation key after `update` updates: its own stream, so evaluating never changes training."""
+    import jax
+
+    return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), 0x65766C), update)
+
+
+# ------------------------------------------------------------------------------------------------ text
+def summary_lines(metrics: dict, prefix: str = "eval/") -> list[str]:
+    """A few readable lines: return, length, how episodes ended, then every other statistic."""
+    m = {k[len(prefix):]: v for k, v in metrics.items() if k.startswith(prefix)}
+    if not m:
+        return []
+    lines = [f"{prefix.rstrip('/')}: {m.get('episodes', 0)} episodes: return {m['return_mean']:+.3f} ± {m['return_std']:.3f} "
+             f"(min {m['return_min']:+.3f}, max {m['return_max']:+.3f}), length {m['length_mean']:.1f}, "
+             f"capped {m['capped_rate']:.1%}"]
+    rest = {k: v for k, v in m.items() if k not in ("episodes", "return_mean", "return_std", "return_min",
+                                                     "return_max", "length_mean", "capped_rate")}
+    rates = {k: v for k, v in rest.items() if k.endswith("_rate") or ">=" in k}
+    counts = {k: v for k, v in rest.items() if k not in rates and not (k.startswith("program_") and v == 0)}
+    if rates:
+        lines.append("  rates: " + ", ".join(f"{k} {v:.3f}" for k, v in rates.items()))
+    if counts:
+        lines.append("  per episode: " + ", ".join(f"{k} {v:.3g}" for k, v in counts.items()))
+    return lines
+
+
+def write_eval_json(path: str, metrics: dict, raw: dict, info: dict) -> str:
+    """eval.json: what was evaluated (`info`), the metrics, and the per-episode returns and lengths."""
+    episodes = {prefix: {"return": [float(x) for x in out["return"]], "length": [int(x) for x in out["length"]],
+                         "finished": [bool(x) for x in out["finished"]]} for prefix, out in raw.items()}
+    clean = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in metrics.items()}
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({**info, "metrics": clean, "per_episode": episodes}, f, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
+def final_evaluation(trainer, runner_state, run_dir: str, message=print) -> dict | None:
+    """The end-of-run evaluation (`--final-eval-episodes`, greedy, plus sampled with `--eval-sampled`), written
+    to `<run_dir>/eval.json` and printed. None when turned off."""
+    import jax
+
+    config = trainer.config
+    if config.final_eval_episodes <= 0:
+        return None
+    if getattr(config, "num_seeds", 1) > 1:
+        message("final evaluation: not yet for --num-seeds > 1; run scripts/evaluate.py RUN --seed-index I")
+        return None
+    update = int(jax.device_get(runner_state.update_step))
+    t0 = time.perf_counter()
+    # in batches of --eval-episodes: the periodic evaluation's compiled program serves this one too
+    evaluator = Evaluator(trainer.env, trainer.network, config.final_eval_episodes, config.eval_max_steps,
+                          config.eval_sampled, batch=min(config.eval_episodes, config.final_eval_episodes))
+    metrics, raw = evaluator(runner_state.train_state.params, eval_key(config.seed, update))
+    info = {"source": "final evaluation of the run", "env": config.env, "update": update,
+            "env_steps": update * config.batch_size, "episodes": config.final_eval_episodes,
+            "max_steps": config.eval_max_steps,
+            "batch": evaluator.batch, "policies": ["greedy"] + (["sampled"] if config.eval_sampled else []),
+            "seed": config.seed}
+    path = write_eval_json(os.path.join(run_dir, EVAL_JSON), metrics, raw, info)
+    message(f"final evaluation ({time.perf_counter() - t0:.1f}s, compile included):")
+    for prefix in evaluator.programs:
+        for line in summary_lines(metrics, prefix):
+            message(line)
+    message(f"final evaluation in {path}")
+    return metrics
+
+
+# ------------------------------------------------------------------------------------------------ script
+def build_parser():
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):  # one line, no usage block
+            self.exit(2, f"evaluate.py: error: {message} (see --help)\n")
+
+    p = Parser(prog="evaluate.py", description="Evaluate a saved agent: K complete episodes in parallel, "
+               "greedy by default; the statistics training logs under eval/.")
+    p.add_argument("path", nargs="?", help="final_params.npz, params_<n>.npz, a run directory or a checkpoint "
+                   "step directory (found as watch_agent.py finds them)")
+    p.add_argument("--episodes", type=int, default=1000, help="episodes, all in parallel (default: 1000)")
+    p.add_argument("--max-steps", type=int, default=1000, help="steps per episode at most (default: 1000)")
+    p.add_argument("--seed", type=int, default=0, help="PRNG seed of the episodes (default: 0)")
+    p.add_argument("--batch-size", type=int, default=0, help="episodes run in parallel per call (default: all); a "
+                   "training run's --eval-episodes reuses its compiled program from the compilation cache")
+    p.add_argument("--sampled", action="store_true", help="also run sampled-policy episodes (eval_sampled/)")
+    p.add_argument("--random", action="store_true", help="the masked-uniform random policy instead of an agent "
+                   "(a baseline; needs --env or a path naming the env)")
+    p.add_argument("--env", help="environment for --random, or for a file that names none")
+    p.add_argument("--seed-index", type=int, default=None, help="which agent of a --num-seeds file (default: 0)")
+    p.add_argument("--json", metavar="FILE", help="also write the metrics and per-episode results to FILE")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.episodes < 1 or args.max_steps < 1 or args.batch_size < 0:
+            raise EvalError("--episodes and --max-steps must be at least 1, --batch-size at least 0")
+        if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+            raise EvalError(f"--json {args.json}: directory does not exist")
+        import jax
+
+        from hephaestus.loop import enable_compilation_cache
+
+        enable_compilation_cache()
+        if args.random and not args.path:
+            if not args.env:
+                raise EvalError("--random needs --env (or a parameter file naming the env)")
+            env, network, params, meta, source = load_env(args.env), None, None, {}, "random policy"
+        elif not args.path:
+            raise EvalError("give a parameter file or run directory (or --random --env ENV)")
+        else:
+            path = resolve_params_path(args.path)
+            params, meta, env, network = load_agent(path, args.env, args.seed_index)
+            source = path
+        if args.random:
+            policies = ["random"]
+        else:
+            policies = ["greedy"] + (["sampled"] if args.sampled else [])
+        print(f"evaluating {source}: env {env.spec.name}, update {meta.get('update', '-')}, "
+              f"{args.episodes} episodes x at most {args.max_steps} steps, {' and '.join(policies)} policy",
+              flush=True)
+        metrics, raw = {}, {}
+        for i, policy in enumerate(policies):
+            prefix = "eval/" if policy != "sampled" else "eval_sampled/"
+            batch = min(args.batch_size or args.episodes, args.episodes)
+            program = make_evaluator(env, network, batch, args.max_steps, policy)
+            t0 = time.perf_counter()
+            out = run_in_batches(program, params, jax.random.fold_in(jax.random.PRNGKey(args.seed), i),
+                                 args.episodes, batch)
+            raw[prefix] = out
+            metrics.update(summarise(out, env.spec.episode_stats, prefix))
+            print(f"{policy}: {time.perf_counter() - t0:.1f}s (compile included)")
+            print("\n".join(summary_lines(metrics, prefix)), flush=True)
+        if args.json:
+            info = {"source": source, "env": env.spec.name, "update": meta.get("update"),
+                    "env_steps": meta.get("env_steps"), "episodes": args.episodes, "max_steps": args.max_steps,
+                    "batch": batch, "policies": policies, "seed": args.seed}
+            print(f"written {write_eval_json(args.json, metrics, raw, info)}")
+        return 0
+    except (EvalError, WatchError) as err:
+        print(f"evaluate.py: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+        return 130

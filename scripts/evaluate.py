@@ -1,0 +1,17 @@
+#!/usr/bin/env python3
+"""Evaluate a saved agent: K complete episodes in parallel with its parameters (greedy by default), the same
+statistics a training run logs under eval/ (see `--help`).
+
+    python scripts/evaluate.py checkpoints/<run> --episodes 1000
+    python scripts/evaluate.py --random --env hackmatrix --episodes 1000     # the masked-uniform baseline
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+from hephaestus.evaluation import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+#!/usr/bin/env python3
+"""Learning curves from runs' metrics.jsonl, mean and a band over seeds, one PNG (see `--help`).
+
+    python scripts/plot_runs.py checkpoints/hm_s0 checkpoints/hm_s1 --metric eval/return_mean --out fig.png
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+from hephaestus.plotting import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""HackMatrix's declared episode statistics (env.EPISODE_STATS) against hand-played episodes."""
+
+import numpy as np
+
+from hephaestus import episode_stats
+from hephaestus.envs.hackmatrix import make_state
+from hephaestus.envs.hackmatrix.constants import A_SIPHON, A_WAIT
+from hephaestus.envs.hackmatrix.env import EPISODE_STATS
+from hm_helpers import ENV, PARAMS, step
+
+UP, PUSH = 0, 5  # R5: up = (+1, 0); PUSH is action 5 (not owned below, so masked)
+
+
+def play(state, actions):
+    """Step the actions; returns the episode's values of every declared stat and the last (terminated, info)."""
+    values = episode_stats.zeros(EPISODE_STATS, (), np)
+    for i, action in enumerate(actions):
+        _, state, _, terminated, info = step(state, action, seed=i)
+        values = episode_stats.accumulate(EPISODE_STATS, values, {k: np.asarray(v) for k, v in
+                                                                  info["episode_stats"].items()}, np)
+    return {k: float(v) for k, v in values.items()}, bool(terminated), info
+
+
+def expect(**nonzero):
+    return {s.name: float(nonzero.get(s.name, 0.0)) for s in EPISODE_STATS}
+
+
+def test_declared_stats_match_a_hand_played_episode():
+    # (0,0): up onto the data siphon at (1,0); siphon there (its cross holds 3 credits at (1,1) and 2 energy at
+    # (0,0)); WAIT (costs 1 energy); up onto the exit at (2,0) -> stage 2; then PUSH, not owned: invalid, the end.
+    state = make_state(player=(0, 0), owned=["WAIT"], energy=1, exit=(2, 0), data_siphons=[(1, 0)],
+                       resources={(1, 1): ("credits", 3), (0, 0): ("energy", 2)})
+    done_so_far = dict(stage_reached=2, stages_cleared=1, siphons_used=1, siphons_collected=1, programs_played=1,
+                       program_WAIT=1, credits_gathered=3, energy_gathered=2)
+    values, terminated, _ = play(state, [UP, A_SIPHON, A_WAIT, UP])  # the exit step itself reaches stage 2
+    assert not terminated and values == expect(**done_so_far)
+    values, terminated, info = play(state, [UP, A_SIPHON, A_WAIT, UP, PUSH])
+    assert terminated and bool(info["invalid_action"])
+    assert values == expect(invalid_action=1, **done_so_far)
+
+
+def test_kills_death_and_cause_of_end():
+    # A 1-HP virus right above: the attack kills it. Then a second virus two cells away reaches the 1-HP player
+    # in its move (speed 2) and attacks: death.
+    state = make_state(player=(0, 0), hp=1, owned=["WAIT"], energy=2,
+                       enemies=[{"type": "virus", "pos": (1, 0), "hp": 1}, {"type": "virus", "pos": (0, 3)}])
+    values, terminated, _ = play(state, [UP, A_WAIT])
+    assert terminated
+    assert values == expect(stage_reached=1, kills=1, death=1, programs_played=1, program_WAIT=1)
+
+
+def test_step_limit_is_the_cause_when_the_episode_is_truncated():
+    state = make_state(player=(0, 0), time=PARAMS.max_steps_in_episode - 1)
+    values, terminated, _ = play(state, [UP])
+    assert not terminated and bool(ENV.is_truncated(step(state, UP)[1], PARAMS))
+    assert values == expect(stage_reached=1, step_limit=1)
+
+
+def test_report_keys_name_rates_thresholds_and_counts():
+    keys = episode_stats.report_keys(EPISODE_STATS)
+    for key in ("stage_reached", "stage_reached>=2", "stage_reached>=8", "victory_rate", "death_rate",
+                "step_limit_rate", "invalid_action_rate", "siphons_used_per_episode", "kills_per_episode",
+                "credits_gathered_per_episode", "program_PUSH_per_episode", "program_HACK_per_episode"):
+        assert key in keys, key
+    assert sum(k.startswith("program_") for k in keys) == 23

@@ -1,0 +1,250 @@
+"""Evaluation: the one policy (networks.act), declared episode statistics in training (episode/) and in
+evaluation episodes (eval/), the loop's --eval-every, eval.json, and scripts/evaluate.py and plot_runs.py."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hephaestus import episode_stats
+from hephaestus import networks as nets
+from hephaestus.config import TrainConfig, resolve
+from hephaestus.envs.adapters import adapt_gymnax
+from hephaestus.evaluation import make_evaluator, summarise
+from hephaestus.loop import run
+from hephaestus.ppo import make_train
+from hephaestus.sinks import chunk_reduce
+from toy_envs import StatWalk
+
+SMALL = dict(hidden_dim=16, num_layers=1, num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1,
+             log_interval=2, total_timesteps=4 * 16 * 4)
+TINY = ("--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--total-timesteps", "64",
+        "--log-interval", "2", "--hidden-dim", "16", "--num-layers", "1", "--num-minibatches", "2",
+        "--update-epochs", "1", "--no-wandb")
+
+
+def stat_walk():
+    env = StatWalk()
+    return adapt_gymnax(env, env.default_params, "statwalk")
+
+
+def walk_trainer(**overrides):
+    config, _ = resolve(TrainConfig(env="statwalk", **{**SMALL, **overrides}))
+    return make_train(config, stat_walk())
+
+
+@pytest.fixture(scope="module")
+def walk():
+    return walk_trainer()
+
+
+# ------------------------------------------------------------------------------------------------ the policy
+def test_greedy_act_is_the_argmax_over_valid_actions_and_sampling_respects_the_mask():
+    net = nets.ActorCritic(action_dim=6, discrete=True, hidden_dim=8, num_layers=1)
+    params = net.init(jax.random.PRNGKey(0), jnp.zeros((1, 3)))
+    obs = jax.random.normal(jax.random.PRNGKey(1), (64, 3)) * 50.0
+    mask = jax.random.bernoulli(jax.random.PRNGKey(2), 0.5, (64, 6)).at[:, 2].set(True)
+    logits, value = net.apply(params, obs)
+    env_action, action, log_prob, v = nets.act(net, params, obs, mask, jax.random.PRNGKey(3), greedy=True)
+    expected = np.argmax(np.where(np.asarray(mask), np.asarray(logits), -np.inf), axis=-1)
+    np.testing.assert_array_equal(action, expected)
+    np.testing.assert_array_equal(env_action, action)
+    assert np.all(np.asarray(mask)[np.arange(64), np.asarray(action)])
+    # the best logit overall is often masked out: greedy is not the plain argmax
+    assert np.any(np.argmax(np.asarray(logits), axis=-1) != expected)
+    np.testing.assert_allclose(log_prob, nets.categorical_log_prob(logits, mask, action), rtol=1e-6)
+    np.testing.assert_array_equal(v, value)
+    sampled = nets.act(net, params, obs, mask, jax.random.PRNGKey(4), greedy=False)[1]
+    assert np.all(np.asarray(mask)[np.arange(64), np.asarray(sampled)])
+
+
+def test_continuous_act_clips_what_the_env_receives_and_greedy_is_the_mean():
+    net = nets.ActorCritic(action_dim=2, discrete=False, hidden_dim=8, num_layers=1, action_low=(-0.1, -2.0),
+                           action_high=(0.1, 2.0))
+    params = net.init(jax.random.PRNGKey(0), jnp.zeros((1, 3)))
+    params = jax.tree.map(lambda x: x * 30.0, params)  # means far outside the bounds
+    obs = jax.random.normal(jax.random.PRNGKey(1), (32, 3))
+    mean, _ = net.apply(params, obs)
+    env_action, action, _, _ = nets.act(net, params, obs, None, None, greedy=True)
+    np.testing.assert_array_equal(action, mean)
+    bounds = np.array([[-0.1, -2.0], [0.1, 2.0]], np.float32)
+    np.testing.assert_array_equal(env_action, np.clip(mean, bounds[0], bounds[1]))
+    env_action, action, log_prob, _ = nets.act(net, params, obs, None, jax.random.PRNGKey(2), greedy=False)
+    assert np.all(np.abs(np.asarray(env_action)[:, 0]) <= bounds[1, 0]) and np.any(np.abs(np.asarray(action)[:, 0]) > 0.1)
+    np.testing.assert_allclose(nets.evaluate(net, params, obs, None, action)[0], log_prob, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ training
+def test_training_reports_declared_stats_of_the_episodes_that_ended(walk):
+    rollout = next(s for s in walk.pipeline if s.name == "rollout")
+    runner = walk.init_runner_state(3)
+    _, batch, _, metrics = jax.jit(rollout.apply)(jax.random.PRNGKey(5), runner.train_state, None,
+                                                  runner.stages["rollout"])
+    batch, metrics = jax.device_get((batch, metrics))
+    obs, action = batch["obs"], batch["action"]
+    done = batch["terminated"] | batch["truncated"]
+    pos = obs[:, :, 0] + 2 * action - 1
+    right, reach, hit, reach2, reach3, reach_max, ended = 0, 0.0, 0, 0, 0, 0.0, 0
+    for n in range(obs.shape[1]):  # a fresh state: every episode that ends here started in this rollout
+        start = 0
+        for t in np.flatnonzero(done[:, n]):
+            r = float(np.abs(pos[start:t + 1, n]).max())
+            right += int(action[start:t + 1, n].sum())
+            reach += r
+            reach2, reach3, reach_max = reach2 + (r >= 2), reach3 + (r >= 3), max(reach_max, r)
+            hit += int(batch["terminated"][t, n])
+            ended += 1
+            start = t + 1
+    assert ended == metrics["num_episodes"] > 0 and 0 < hit < ended
+    assert metrics["episode/right_moves_per_episode"] == right
+    assert metrics["episode/reach"] == reach and metrics["episode/reach_max"] == reach_max
+    assert metrics["episode/reach>=2"] == reach2 and metrics["episode/reach>=3"] == reach3
+    assert metrics["episode/hit_bound_rate"] == hit
+    # the record divides the sums by the chunk's episodes
+    record = chunk_reduce({k: np.array([v, v]) for k, v in metrics.items()})
+    assert record["episode/right_moves_per_episode"] == pytest.approx(right / ended)
+    assert record["episode/hit_bound_rate"] == pytest.approx(hit / ended)
+    assert record["episode/reach_max"] == reach_max
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+def test_evaluation_runs_k_episodes_to_their_end_or_the_cap(walk):
+    env, params = stat_walk(), walk.runner_state.train_state.params
+    full = jax.device_get(make_evaluator(env, walk.network, 7, 50, "greedy")(params, jax.random.PRNGKey(0)))
+    assert full["return"].shape == (7,) and full["finished"].all()
+    assert np.all((full["length"] >= 1) & (full["length"] <= 6))  # the walk truncates at 6 steps
+    # an episode that did not hit the bound ran to the step limit; the flag and the level agree
+    hit = full["stats"]["hit_bound"] > 0
+    assert np.all(full["length"][~hit] == 6) and np.all(full["stats"]["reach"][hit] == 3)
+    assert np.all(full["stats"]["right_moves"] <= full["length"])
+    capped = jax.device_get(make_evaluator(env, walk.network, 7, 2, "greedy")(params, jax.random.PRNGKey(0)))
+    assert capped["length"].max() <= 2
+    assert np.all(capped["finished"] == (capped["stats"]["hit_bound"] > 0))  # ended within 2 steps: hit
+    m = summarise(capped, env.spec.episode_stats, "eval/")
+    assert m["eval/capped_rate"] == pytest.approx(1 - capped["finished"].mean())
+    assert m["eval/episodes"] == 7 and m["eval/return_max"] == capped["return"].max()
+    assert m["eval/hit_bound_rate"] == pytest.approx(np.mean(capped["stats"]["hit_bound"] > 0))
+    assert m["eval/reach>=2"] == pytest.approx(np.mean(capped["stats"]["reach"] >= 2))
+
+
+def test_evaluation_is_a_pure_function_of_params_and_key_and_vmaps(walk):
+    env, params = stat_walk(), walk.runner_state.train_state.params
+    program = make_evaluator(env, walk.network, 5, 50, "sampled")
+    a = jax.device_get(program(params, jax.random.PRNGKey(1)))
+    b = jax.device_get(program(params, jax.random.PRNGKey(1)))
+    jax.tree.map(np.testing.assert_array_equal, a, b)
+    keys = jnp.stack([jax.random.PRNGKey(1), jax.random.PRNGKey(2)])
+    both = jax.device_get(jax.vmap(program, in_axes=(None, 0))(params, keys))
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(x[0], y), both, a)
+
+
+def test_loop_evaluates_after_the_chunk_that_crosses_eval_every_without_changing_training():
+    plain = walk_trainer()
+    evaluated = walk_trainer(eval_every=3, eval_episodes=4, eval_max_steps=20)
+    quiet = lambda _: None
+    r1, r2 = run(plain, message=quiet), run(evaluated, message=quiet)
+    assert [("eval/return_mean" in r) for r in r2.records] == [False, True]  # updates 2 and 4: 4 crosses 3
+    record = r2.records[1]
+    for key in ("eval/return_std", "eval/length_mean", "eval/capped_rate", "eval/hit_bound_rate",
+                "eval/reach>=3", "eval/right_moves_per_episode", "episode/reach"):
+        assert key in record, key
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(r1.runner_state.train_state.params),
+                 jax.device_get(r2.runner_state.train_state.params))
+
+
+# ------------------------------------------------------------------------------------------------ scripts
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    from train_cli import main
+
+    base = tmp_path_factory.mktemp("eval_run")
+    assert main(*TINY, "--run-name", "cp_s0", "--checkpoint-dir", str(base), "--eval-every", "2",
+                "--eval-episodes", "3", "--eval-max-steps", "30", "--final-eval-episodes", "5") == 0
+    return base / "cp_s0"
+
+
+def test_a_run_ends_with_an_evaluation_in_eval_json(finished_run):
+    data = json.loads((finished_run / "eval.json").read_text())
+    assert data["episodes"] == 5 and data["update"] == 2 and data["policies"] == ["greedy"]
+    assert data["batch"] == 3  # two calls of the periodic evaluation's program (3 episodes each), cut to 5
+    assert len(data["per_episode"]["eval/"]["return"]) == 5
+    assert data["metrics"]["eval/return_mean"] == pytest.approx(np.mean(data["per_episode"]["eval/"]["return"]))
+    records = [json.loads(line) for line in (finished_run / "metrics.jsonl").read_text().splitlines()]
+    assert "eval/return_mean" in records[-1] and records[-1]["eval/episodes"] == 3
+
+
+def test_evaluate_script_end_to_end_and_bad_input(finished_run, tmp_path, capsys):
+    from hephaestus.evaluation import main
+
+    out = tmp_path / "e.json"
+    assert main([str(finished_run), "--episodes", "4", "--max-steps", "15", "--sampled", "--batch-size", "3",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "eval: 4 episodes" in text and "eval_sampled: 4 episodes" in text
+    data = json.loads(out.read_text())
+    assert data["policies"] == ["greedy", "sampled"] and max(data["per_episode"]["eval/"]["length"]) <= 15
+    assert len(data["per_episode"]["eval_sampled/"]["return"]) == 4
+    assert main(["--random", "--env", "gymnax:CartPole-v1", "--episodes", "3", "--max-steps", "10"]) == 0
+    assert "random policy" in capsys.readouterr().out
+    for argv in ([str(tmp_path / "missing")], [str(finished_run), "--episodes", "0"], ["--random"],
+                 [str(finished_run), "--json", str(tmp_path / "no" / "e.json")]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("evaluate.py: error:") and err.count("\n") == 1, err
+
+
+def write_run(path, curve, per_seed=None):
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+        for i, y in enumerate(curve):
+            record = {"update": i + 1, "env_steps": 100 * (i + 1), "eval/return_mean": y}
+            if per_seed is not None:
+                record["per_seed"] = {"eval/return_mean": per_seed[i]}
+            f.write(json.dumps(record) + "\n")
+
+
+def test_plot_runs_groups_seeds_and_writes_a_png(tmp_path, capsys):
+    from PIL import Image
+
+    from hephaestus.plotting import main
+
+    write_run(tmp_path / "a_s0", [0, 1, 2])
+    write_run(tmp_path / "a_s1", [1, 2, 4])
+    write_run(tmp_path / "b_s0", [3, 3, 3])
+    write_run(tmp_path / "multi", [1, 2, 3], per_seed=[[0, 2], [1, 3], [2, 4]])
+    out = tmp_path / "fig.png"
+    runs = [str(tmp_path / r) for r in ("a_s0", "a_s1", "b_s0")]
+    assert main(runs + ["--group", f"many={tmp_path / 'multi'}", "--metric", "eval/return_mean",
+                        "--hline", "eval/return_mean=0.5:random policy", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "a (2 seeds)" in text and "b (1 seeds)" in text and "many (2 seeds)" in text
+    image = np.asarray(Image.open(out).convert("RGB"), np.float32)
+    assert image.shape[0] > 100 and image.std() > 5 and len(np.unique(image.reshape(-1, 3), axis=0)) > 20
+    for argv in ([str(tmp_path / "nope"), "--metric", "x", "--out", str(out)],
+                 [runs[0], "--metric", "not/there", "--out", str(out)],
+                 [runs[0], "--metric", "eval/return_mean", "--out", str(tmp_path / "fig.pdf")],
+                 ["--group", "bad", "--metric", "eval/return_mean", "--out", str(out)],
+                 [runs[0], "--metric", "eval/return_mean", "--hline", "eval/return_mean=x", "--out", str(out)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("plot_runs.py: error:") and err.count("\n") == 1, err
+
+
+def test_plot_band_comes_from_per_seed_values(tmp_path):
+    from hephaestus.plotting import curve, load_records, seed_series
+
+    write_run(tmp_path / "multi", [1, 2, 3], per_seed=[[0, 2], [1, 3], [2, 6]])
+    series = seed_series(load_records(str(tmp_path / "multi" / "metrics.jsonl")), "eval/return_mean")
+    x, mean, low, high, counts = curve(series, "minmax")
+    np.testing.assert_array_equal(x, [100, 200, 300])
+    np.testing.assert_allclose(mean, [1, 2, 4]) and np.testing.assert_allclose(high, [2, 3, 6])
+    _, _, low, high, _ = curve(series, "std")
+    np.testing.assert_allclose(high - mean, [1, 1, 2])
+    assert episode_stats.fmt_threshold(2.0) == "2"
+    from hephaestus.plotting import parse_hlines
+
+    assert parse_hlines(["eval/stage_reached>=2=0.16:random policy", "x=1"]) == {
+        "eval/stage_reached>=2": [(0.16, "random policy")], "x": [(1.0, "baseline")]}
