@@ -87,3 +87,9 @@ class MaskedBandit(environment.Environment):
 
     def action_space(self, params=None):
         return spaces.Discrete(5)
+
+
+class MaskBugBandit(MaskedBandit):
+    """A MaskedBandit that declares a fully masked observation a bug (as HackMatrix does)."""
+
+    fully_masked_is_bug = True
