@@ -16,8 +16,6 @@ Rewritten so that they are fast (the command is otherwise run as written):
                                  TINY_TRAIN is appended (argparse keeps the last value), so any --num-envs or
                                  --total-timesteps in the docs is overridden; a --resume gets a budget one
                                  update larger, so it trains.
-  * other scripts whose --help    TINY_BUDGET is appended (e.g. scripts/sweep.py: every grid point and seed
-    offers --total-timesteps     trains at the tiny budget).
   * watch_agent.py               one short episode (`--episodes 1 --max-steps 20`).
   * scripts/experiments/*.py     run with `--quick` (their documented quick mode) if `--help` offers it, else
                                  only `--help` (a full experiment takes hours).
@@ -125,8 +123,6 @@ def rewrite(command: str, cwd: Path, run_name: str):
         if "--quick" not in _help(argv[0]):
             return [argv[0], "--help"]
         argv += [] if "--quick" in argv else ["--quick"]
-    elif "--total-timesteps" in _run([argv[0], "--help"], cwd).stdout:
-        argv += TINY_BUDGET
     return argv
 
 
