@@ -10,7 +10,7 @@ from hephaestus.config import ConfigError, TrainConfig, auto_scale_for_batch_siz
 from hephaestus.envs.adapters import adapt_gymnax
 from hephaestus.loop import TrainingError, run
 from hephaestus.ppo import CORE_METRICS, gae, make_train
-from toy_envs import MaskedBandit, RandomWalk
+from toy_envs import MaskBugBandit, MaskedBandit, RandomWalk
 
 SMALL = dict(hidden_dim=16, num_layers=1, num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1,
              log_interval=2, total_timesteps=4 * 16 * 4)
@@ -194,8 +194,8 @@ def test_learning_rate_is_not_baked_into_the_compiled_programs():
         assert float(runner.hyper["num_updates"]) == trainer.config.num_updates
 
 
-def bandit_trainer(valid):
-    env = MaskedBandit(valid)
+def bandit_trainer(valid, env_class=MaskedBandit):
+    env = env_class(valid)
     config, _ = resolve(TrainConfig(env="bandit", **SMALL))
     return make_train(config, adapt_gymnax(env, env.default_params, "bandit"))
 
@@ -207,12 +207,44 @@ def test_masked_actions_are_never_taken_in_rollouts():
     assert np.all(batch["reward"] == 1.0)
 
 
-def test_a_fully_masked_observation_stops_training_with_an_error():
+def test_a_fully_masked_observation_is_counted_warned_once_and_training_goes_on():
     trainer = bandit_trainer(())
+    assert trainer.env.spec.fully_masked_is_bug is False  # the default: every action is then allowed
+    messages = []
+    result = run(trainer, message=messages.append)
+    assert len(result.records) > 1 and result.records[-1]["update"] == trainer.config.num_updates  # all ran
+    warnings = [m for m in messages if "no valid action" in m]
+    assert len(warnings) == 1 and "every action is allowed" in warnings[0]
+    batch = run_stages(trainer, trainer.init_runner_state(0), ["rollout"])
+    assert len(np.unique(batch["action"])) > 1 and np.all(batch["reward"] == 0.0)  # any action, none valid
+
+
+def test_a_fully_masked_observation_stops_training_where_the_env_declares_it_a_bug():
+    trainer = bandit_trainer((), MaskBugBandit)
+    assert trainer.env.spec.fully_masked_is_bug is True
     _, metrics = trainer.train_chunk(trainer.init_runner_state(0))  # the chunk donates its input
     assert metrics["fully_masked_rows"].sum() > 0
-    with pytest.raises(TrainingError, match="no valid action"):
+    with pytest.raises(TrainingError, match="no valid action.*declares that a bug"):
         run(trainer, message=lambda _: None)
+
+
+def test_hackmatrix_declares_a_fully_masked_row_a_bug():
+    from hephaestus.envs.hackmatrix.env import HackMatrix
+    assert HackMatrix.fully_masked_is_bug is True
+
+
+def test_a_fully_masked_row_means_every_action_is_allowed():
+    logits = jnp.array([[2.0, 0.5, -1.0, 3.0, 0.0]])
+    none = jnp.zeros((1, 5), bool)
+    probs = np.exp(logits[0] - logits.max()) / np.exp(logits[0] - logits.max()).sum()
+    draws = nets.categorical_sample(jax.random.PRNGKey(1), jnp.repeat(logits, 20000, 0), jnp.repeat(none, 20000, 0))
+    np.testing.assert_allclose(np.bincount(np.asarray(draws), minlength=5) / 20000, probs, atol=0.015)
+    log_probs = nets.categorical_log_prob(jnp.repeat(logits, 5, 0), jnp.repeat(none, 5, 0), jnp.arange(5))
+    np.testing.assert_allclose(log_probs, np.log(probs), rtol=1e-5)
+    np.testing.assert_allclose(nets.categorical_entropy(logits, none), [-(probs * np.log(probs)).sum()], rtol=1e-5)
+    np.testing.assert_allclose(nets.categorical_entropy(jnp.zeros((1, 5)), none), [np.log(5)], rtol=1e-6)
+    grad = jax.grad(lambda l: nets.categorical_log_prob(l, none, jnp.array([3])).sum())(logits)
+    assert np.all(np.isfinite(grad)) and np.all(grad != 0)  # the unmasked policy is what is trained there
 
 
 def test_masked_sampling_log_prob_and_entropy():

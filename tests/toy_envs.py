@@ -105,3 +105,9 @@ class StatWalk(RandomWalk):
                                   "reach": jnp.abs(state.pos).astype(jnp.float32),
                                   "hit_bound": terminated.astype(jnp.float32)}}
         return obs, state, reward, terminated, info
+
+
+class MaskBugBandit(MaskedBandit):
+    """A MaskedBandit that declares a fully masked observation a bug (as HackMatrix does)."""
+
+    fully_masked_is_bug = True

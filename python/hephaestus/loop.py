@@ -20,7 +20,8 @@ from hephaestus.sinks import HealthMonitor, chunk_reduce, seeds_reduce
 
 
 class TrainingError(RuntimeError):
-    """A run that cannot go on (fully masked actions, non-finite loss); the message is one line."""
+    """A run that cannot go on (fully masked actions where the env calls them a bug, non-finite loss); the
+    message is one line."""
 
 
 class SinkError(TrainingError):
@@ -125,6 +126,9 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
     run_seconds = 0.0
     record = None
     failed_sink = None
+    spec = trainer.env.spec
+    masked_is_bug = bool(getattr(spec, "fully_masked_is_bug", False))
+    warned_masked = False
 
     evaluator = None
     if config.eval_every:
@@ -156,9 +160,15 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
         before, done_updates = done_updates, done_updates + n
 
         masked = float(np.sum(metrics["fully_masked_rows"]))
-        if masked:
+        if masked and masked_is_bug:
             raise TrainingError(f"the environment produced {masked:.0f} observations with no valid action "
-                                f"(fully masked action mask) before update {done_updates}")
+                                f"(fully masked action mask) before update {done_updates}; {spec.name} "
+                                f"declares that a bug")
+        if masked and not warned_masked:
+            warned_masked = True
+            message(f"note: {masked:.0f} observations with no valid action (fully masked action mask) before "
+                    f"update {done_updates}; every action is allowed there and the env ends the episode "
+                    f"(counted in fully_masked_rows; said once)")
         # env_steps count one agent's experience (the x axis of its learning curve); steps_per_second is the
         # program's throughput, all seeds together.
         record = {"update": done_updates, "env_steps": done_updates * steps_per_update,

@@ -167,12 +167,20 @@ def evaluate(network: ActorCritic, params, obs, mask, action):
 
 # ---------------------------------------------------------------------------------------------------
 # Masked categorical. The same masked logits feed sampling, log-probabilities and entropy, so an invalid
-# action has probability exactly 0 everywhere. A row with no valid action cannot be sampled from; callers
-# count such rows (`fully_masked_rows`) and the training loop stops with an error when any appear.
+# action has probability exactly 0 everywhere. A row with no valid action (a trapped jumanji Snake masks every
+# move) means "every action is allowed" (jumanji's own agents and large-negative-logit categoricals behave so):
+# the row falls back to the unmasked policy, sampling, log_prob and entropy alike, and the env ends the episode
+# on whatever is taken. Callers count such rows (`fully_masked_rows`); the training loop warns once, or stops
+# with an error for envs that declare such a row a bug (`EnvSpec.fully_masked_is_bug`, HackMatrix).
+
+
+def effective_mask(mask):
+    """`mask`, with every action allowed in rows that allow none."""
+    return jnp.logical_or(mask, ~jnp.any(mask, axis=-1, keepdims=True))
 
 
 def masked_logits(logits, mask):
-    return jnp.where(mask, logits, MASKED_LOGIT)
+    return jnp.where(effective_mask(mask), logits, MASKED_LOGIT)
 
 
 def fully_masked_rows(mask):
@@ -190,7 +198,7 @@ def categorical_log_prob(logits, mask, action):
 
 def categorical_entropy(logits, mask):
     log_p = jax.nn.log_softmax(masked_logits(logits, mask), axis=-1)
-    return -jnp.sum(jnp.where(mask, jnp.exp(log_p) * log_p, 0.0), axis=-1)
+    return -jnp.sum(jnp.where(effective_mask(mask), jnp.exp(log_p) * log_p, 0.0), axis=-1)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -68,6 +68,11 @@ class EnvSpec:
     # step then reports one float32 value for each in `info["episode_stats"]`, and the pipeline sums or maxes them
     # over episodes and reports them under episode/ (training) and eval/ (evaluation).
     episode_stats: tuple = ()
+    # What an observation whose action mask allows no action means. False (the default, jumanji's convention):
+    # every action is then allowed (networks.effective_mask) and the env ends the episode; the loop counts such
+    # rows in `fully_masked_rows` and warns once. True: the env guarantees a valid action, so such a row is a
+    # bug and the loop stops with an error. Taken from the env's `fully_masked_is_bug` attribute when it has one.
+    fully_masked_is_bug: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,9 @@ def _probe_spec(name, reset_fn, discrete, action_dim, low=(), high=()) -> EnvSpe
 
 def with_obs_structure(spec: EnvSpec, env) -> EnvSpec:
     """`spec` with the env's declared `obs_cells` (flat, cells, channels) and `obs_quanta`, checked against
-    obs_dim."""
+    obs_dim, and its `fully_masked_is_bug`."""
+    if getattr(env, "fully_masked_is_bug", False):
+        spec = dataclasses.replace(spec, fully_masked_is_bug=True)
     quanta = getattr(env, "obs_quanta", None)
     if quanta is not None:
         quanta = tuple(float(q) for q in quanta)

@@ -72,6 +72,9 @@ class HackMatrix(environment.Environment):
     # Observation structure (R95): obs[:33] are player features and owned-program flags, obs[33:] are
     # 36 cells x 42 channels, row-major. A network may encode the cells with shared weights.
     obs_cells = (33, 36, 42)
+    # A HackMatrix state should always offer a valid action (R121 makes an invalid one a failed step): an
+    # observation with no valid action means the port is wrong, so the loop stops the run on one.
+    fully_masked_is_bug = True
     # obs * obs_quanta is an integer in 0..255 (observe.py): the rollout stores observations exactly in uint8.
     obs_quanta = OBS_QUANTA
     # Per-episode statistics (episode_stats.py); each step reports its values in info["episode_stats"].

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Learning check: training runs' return curves against a uniformly random (masked-uniform) policy.
+
+Reads `metrics.jsonl` of each run directory (one run per seed), measures the random policy's mean episode
+return in the same environment over many episodes (the adapter and networks.effective_mask of the pipeline,
+so a fully masked row picks any action), prints a table and saves a PNG: mean and min-max band over the runs,
+and the random policy's line.
+
+    python scripts/experiments/learning_check.py --env jumanji:Snake-v1 RUN_DIR [RUN_DIR ...] --plot out.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from hephaestus import networks as nets  # noqa: E402
+from hephaestus.envs.registry import make_env  # noqa: E402
+
+
+def random_policy_returns(env_name: str, num_envs: int, num_steps: int, seed: int = 0) -> np.ndarray:
+    """The first episode's return of each of `num_envs` envs acting masked-uniformly, over those whose first
+    episode ends within `num_steps` (make it longer than the env's time limit: later, shorter episodes would
+    bias a count of every finished episode towards short ones)."""
+    env = make_env(env_name)
+    key_reset, key_run = jax.random.split(jax.random.key(seed))
+    states, first = jax.vmap(env.reset)(jax.random.split(key_reset, num_envs))
+
+    def step(carry, key):
+        states, mask, ret = carry
+        key_act, key_env = jax.random.split(key)
+        action = nets.categorical_sample(key_act, jnp.zeros(mask.shape), mask)
+        states, out = jax.vmap(env.step)(jax.random.split(key_env, num_envs), states, action)
+        ret = ret + out.reward
+        done = out.terminated | out.truncated
+        return (states, out.action_mask, jnp.where(done, 0.0, ret)), (ret, done)
+
+    run = jax.jit(lambda s, m, k: jax.lax.scan(step, (s, m, jnp.zeros(num_envs)), jax.random.split(k, num_steps))[1])
+    rets, dones = jax.device_get(run(states, first.action_mask, key_run))
+    ended = dones.any(0)
+    return rets[dones.argmax(0), np.arange(num_envs)][ended]
+
+
+def read_curve(run_dir: str):
+    steps, returns = [], []
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            rec = json.loads(line)
+            if np.isfinite(rec.get("mean_episode_return", np.nan)):
+                steps.append(rec["env_steps"])
+                returns.append(rec["mean_episode_return"])
+    return np.array(steps), np.array(returns)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("runs", nargs="+", help="run directories (each with metrics.jsonl), one per seed")
+    p.add_argument("--env", required=True)
+    p.add_argument("--random-envs", type=int, default=200)
+    p.add_argument("--random-steps", type=int, default=4001, help="more than the time limit (Snake: 4000)")
+    p.add_argument("--last", type=int, default=3, help="final return = mean of the last this many records")
+    p.add_argument("--plot", default="learning_check.png")
+    args = p.parse_args(argv)
+
+    random_returns = random_policy_returns(args.env, args.random_envs, args.random_steps)
+    rand_mean = float(random_returns.mean())
+    rand_sem = float(random_returns.std(ddof=1) / np.sqrt(len(random_returns)))
+    print(f"random policy: {rand_mean:.3f} +- {rand_sem:.3f} (sem) over {len(random_returns)} episodes "
+          f"(std {random_returns.std():.3f})")
+
+    curves = [read_curve(r) for r in args.runs]
+    common = min(len(s) for s, _ in curves)
+    print(f"{'run':<40} {'env steps':>10} {'final return':>12}")
+    finals = []
+    for run, (steps, rets) in zip(args.runs, curves):
+        finals.append(float(rets[common - args.last:common].mean()))
+        print(f"{os.path.basename(os.path.normpath(run)):<40} {steps[common - 1]:>10,} {finals[-1]:>12.2f}")
+    print(f"final return over runs: {np.mean(finals):.2f} +- {np.std(finals, ddof=1) if len(finals) > 1 else 0:.2f} "
+          f"(std), min {min(finals):.2f}, max {max(finals):.2f}; random {rand_mean:.2f}")
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = curves[0][0][:common]
+    stack = np.stack([r[:common] for _, r in curves])
+    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=100)
+    ax.plot(steps, stack.mean(0), label=f"PPO, mean of {len(curves)} seeds")
+    ax.fill_between(steps, stack.min(0), stack.max(0), alpha=0.25, label="min-max over seeds")
+    ax.axhline(rand_mean, color="k", ls="--", lw=1, label="random (masked-uniform)")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("mean episode return")
+    ax.set_title(args.env, fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(args.plot)
+    print(f"plot: {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

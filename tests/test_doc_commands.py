@@ -1,0 +1,150 @@
+"""Every command the docs show runs: each ```bash block of README.md and specs/*.md is parsed, its
+`python scripts/...` commands are run in order at a tiny budget in a fresh folder, and a non-zero exit fails.
+
+Nothing is listed by hand: a command added to the docs is tested the next time the suite runs. The rules
+below are the only exceptions and rewrites; each says why.
+
+Not run (cannot run here by nature):
+  * `pip install ...`            installs packages over the network (the suite runs with them installed).
+  * `python -m pytest ...`       the suite itself.
+  * `scripts/tpu/*.py`           drive `gcloud` against a Cloud TPU VM (tests/test_tpu_scripts.py runs them
+                                 against a fake gcloud).
+  * `watch_agent.py --window`    needs a display.
+
+Rewritten so that they are fast (the command is otherwise run as written):
+  * train_purejaxrl.py, and scripts whose --help offers --total-timesteps (sweep.py; not bench.py):
+                                 TINY_TRAIN is appended (argparse keeps the last value), so any --num-envs or
+                                 --total-timesteps in the docs is overridden; a --resume gets a budget one
+                                 update larger, so it trains.
+  * watch_agent.py               one short episode (`--episodes 1 --max-steps 20`).
+  * scripts/experiments/*.py     run with `--quick` (their documented quick mode) if `--help` offers it, else
+                                 only `--help` (a full experiment takes hours).
+  * `RUN` (a placeholder)        the name of a run this test trains first (TINY_TRAIN); `--latest` finds it too.
+  * `checkpoints/<run>/<n>/`     a step the tiny run did not reach becomes the run's earliest step directory.
+"""
+
+import functools
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "specs").glob("*.md"))]
+
+TINY_TRAIN = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64", "--num-minibatches", "1",
+              "--update-epochs", "1", "--hidden-dim", "16", "--num-layers", "1", "--log-interval", "1",
+              "--save-interval", "1", "--no-wandb"]
+RESUME_TIMESTEPS = "96"  # one update more than TINY_TRAIN's 2 updates of 2 x 16 steps (16: --dtc-seq-len divides it)
+TINY_WATCH = ["--episodes", "1", "--max-steps", "20"]
+
+SKIP_RULES = [  # (pattern on the command, reason)
+    (re.compile(r"^pip install\b"), "installs packages over the network"),
+    (re.compile(r"^python -m pytest\b"), "the test suite itself"),
+    (re.compile(r"\bscripts/tpu/"), "drives gcloud against a Cloud TPU VM (tests/test_tpu_scripts.py)"),
+    (re.compile(r"\bwatch_agent\.py\b.*--window\b"), "needs a display"),
+]
+
+
+def bash_blocks(path: Path):
+    """The ```bash blocks of a markdown file: (first line number, text)."""
+    lines = path.read_text().splitlines()
+    blocks, start = [], None
+    for i, line in enumerate(lines):
+        if start is None and line.strip() == "```bash":
+            start = i + 1
+        elif start is not None and line.strip() == "```":
+            blocks.append((start + 1, "\n".join(lines[start:i])))
+            start = None
+    return blocks
+
+
+def block_commands(text: str):
+    """Shell commands in a block: continuation lines joined, comments dropped, `a && b` split."""
+    commands = []
+    for line in text.replace("\\\n", " ").splitlines():
+        line = re.split(r"(?:^|\s)#", line, maxsplit=1)[0].strip()
+        commands += [part.strip() for part in line.split("&&") if part.strip()]
+    return commands
+
+
+def skip_reason(command: str):
+    return next((reason for pattern, reason in SKIP_RULES if pattern.search(command)), None)
+
+
+def doc_blocks():
+    """One pytest param per bash block holding at least one command this test runs."""
+    params = []
+    for doc in DOCS:
+        for line, text in bash_blocks(doc):
+            runnable = [c for c in block_commands(text) if c.startswith("python scripts/") and not skip_reason(c)]
+            if runnable:
+                params.append(pytest.param(runnable, id=f"{doc.name}:{line}"))
+    return params
+
+
+def _run(argv, cwd):
+    return subprocess.run([sys.executable, *argv], cwd=cwd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "WANDB_MODE": "disabled"})
+
+
+@functools.lru_cache(maxsize=None)
+def _help(script: str) -> str:
+    return _run([script, "--help"], ROOT).stdout
+
+
+def _earliest_step(run_dir: Path):
+    steps = sorted(int(p.name) for p in run_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    return run_dir / str(steps[0]) if steps else run_dir
+
+
+def rewrite(command: str, cwd: Path, run_name: str):
+    """The argv (script first) to run for a doc command, after the rules in the module docstring."""
+    argv = shlex.split(command)[1:]  # drop "python"
+    script = argv[0]
+    argv[0] = str(ROOT / script)
+    argv = [run_name if a == "RUN" else a.replace("/RUN/", f"/{run_name}/").replace("/RUN", f"/{run_name}")
+            for a in argv]
+    for i, arg in enumerate(argv):  # a step directory the tiny run did not reach -> its earliest step
+        m = re.fullmatch(r"(checkpoints/[^/]+)/(\d+)/?", arg)
+        if m and not (cwd / arg).exists() and (cwd / m.group(1)).is_dir():
+            argv[i] = str(_earliest_step(cwd / m.group(1)).relative_to(cwd))
+    if script.endswith("train_purejaxrl.py") or (script != "scripts/bench.py" and "--total-timesteps" in _help(argv[0])):
+        argv += TINY_TRAIN  # the trainer, and scripts built on its flags (scripts/sweep.py)
+        if "--resume" in argv:
+            argv += ["--total-timesteps", RESUME_TIMESTEPS]
+    elif script.endswith("watch_agent.py"):
+        argv += TINY_WATCH
+    elif script.startswith("scripts/experiments/"):
+        if "--quick" not in _help(argv[0]):
+            return [argv[0], "--help"]
+        argv += [] if "--quick" in argv else ["--quick"]
+    return argv
+
+
+def test_doc_commands_are_found():
+    """The parser sees the README's commands (a broken parser would make the test below vacuous)."""
+    found = [c for p in doc_blocks() for c in p.values[0]]
+    assert any("--env jumanji:Snake-v1" in c for c in found)
+    assert any("watch_agent.py" in c for c in found) and any("inspect_checkpoint.py" in c for c in found)
+    assert any(c.startswith("python scripts/experiments/") for c in found)
+    readme = (ROOT / "README.md").read_text()
+    assert skip_reason("python scripts/tpu/create.py $NAME --zone $ZONE") and "scripts/tpu/" in readme
+    assert not skip_reason("python scripts/train_purejaxrl.py --env jumanji:Snake-v1")
+
+
+@pytest.mark.parametrize("commands", doc_blocks())
+def test_doc_block_runs(commands, tmp_path):
+    run_name = "doc-run"
+    needs_run = any(a == "RUN" or "/RUN" in a or a == "--latest" for c in commands for a in shlex.split(c))
+    if needs_run and not any("train_purejaxrl.py" in c for c in commands):
+        result = _run([str(ROOT / "scripts/train_purejaxrl.py"), "--env", "gymnax:CartPole-v1",
+                       "--run-name", run_name, *TINY_TRAIN], tmp_path)
+        assert result.returncode == 0, result.stderr[-2000:]
+    for command in commands:
+        result = _run(rewrite(command, tmp_path, run_name), tmp_path)
+        assert result.returncode == 0, f"`{command}` exited {result.returncode}:\n{result.stderr[-3000:]}"
