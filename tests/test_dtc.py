@@ -290,7 +290,7 @@ def tiny_world_model(**changes):
     config = TrainConfig(env="gymnax:CartPole-v1", num_envs=2, num_steps=8, extra_stages=DTC_STAGES,
                          dtc_ensemble_size=3, dtc_deter_dim=16, dtc_stoch_groups=4, dtc_stoch_classes=4,
                          dtc_hidden_dim=32, dtc_seq_len=4, dtc_wm_batch=4, dtc_replay_capacity=16,
-                         dtc_frontier_window=8, **{"dtc_replay_ratio": 4.0, **changes})
+                         dtc_frontier_window=8, **{"dtc_replay_ratio": 16.0, **changes})
     resolve(config)
     spec = EnvSpec(name="chain", obs_dim=5, discrete=True, action_dim=2)
     model, init, train = make_world_model(config, spec)
@@ -313,8 +313,8 @@ def chain_visits():
 
 def test_replay_ratio_sets_the_world_model_steps(chain_visits):
     config, *_, metrics = chain_visits
-    assert config.dtc_wm_steps == 4  # 4 replayed transitions per env step x 16 env steps / (4 x 4) per step
-    assert float(metrics["wm/steps"]) == 4
+    assert config.dtc_wm_steps == 16  # 16 replayed transitions per env step x 16 env steps / (4 x 4) per step
+    assert float(metrics["wm/steps"]) == 16
     assert TrainConfig(dtc_replay_ratio=0.0).dtc_wm_steps == 0
     assert TrainConfig(num_envs=16, num_steps=32, dtc_seq_len=8, dtc_wm_batch=16, dtc_replay_ratio=1.0).dtc_wm_steps == 4
     with pytest.raises(ConfigError, match="replay-ratio"):
@@ -336,11 +336,11 @@ def test_novelty_is_scored_before_the_model_learns_from_the_batch(chain_visits):
 def test_end_of_episode_novelty_falls_with_visits_like_the_others(chain_visits):
     *_, term, novelties, _ = chain_visits
     end, other = novelties[:, term].mean((1, 2)), novelties[:, ~term].mean((1, 2))
-    # the last transition of each episode is trained against its true final observation (next_obs), so its
-    # novelty falls like every other transition's instead of staying at its initial disagreement
-    print("end", end, "other", other)
-    assert end[10] < 0.5 * end[0], end
-    assert end[10] / end[0] < 2.0 * other[10] / other[0], (end, other)
+    # The last transition of each episode is trained against its true final observation (next_obs), so its
+    # novelty falls like every other transition's. (Without next_obs it never fell: on visits 10-12 it was 1.4x
+    # its first value, the others 0.56x; with it, 0.01x and 0.03x.)
+    assert end[9:].mean() < 0.2 * end[0], end
+    assert other[9:].mean() < 0.2 * other[0], other
 
 
 def test_competence_is_scale_free_and_changes_the_bonus():

@@ -96,7 +96,7 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          dtc_replay_ratio=args.replay_ratio, dtc_replay_capacity=args.replay_capacity,
                          dtc_frontier_window=args.replay_capacity // 4, dtc_ensemble_size=args.ensemble_size,
                          dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, rnd_coef=args.rnd_coef,
-                         count_coef=args.count_coef, count_table_size=4096)
+                         count_coef=args.count_coef)
     config = agent_config(config, agent)
     config = config.replace(extra_stages=("deepsea_probe",) + config.extra_stages + ("bonus_probe",))
     return resolve(config.replace(log_interval=config.num_updates))[0]  # the whole run: one compiled chunk
@@ -250,13 +250,13 @@ def main():
     p.add_argument("--replay-capacity", type=int, default=1024)
     p.add_argument("--ensemble-size", type=int, default=5)
     p.add_argument("--wm-dim", type=int, default=64, help="RSSM deter and hidden width")
-    p.add_argument("--quick", action="store_true", help="2 sizes (6, 8), 3 seeds, 300 episodes, small models")
+    p.add_argument("--quick", action="store_true", help="defaults for a smoke run: 2 sizes (6, 8), 3 seeds, 300 "
+                   "episodes, small models (explicit flags still win)")
     p.add_argument("--out", default="deepsea", help="writes OUT.json, OUT.md (table) and OUT.png")
+    if "--quick" in sys.argv[1:]:  # quick defaults; flags given explicitly still win
+        p.set_defaults(sizes=[6, 8], seeds=3, episodes=300, ppo_ent_coefs=[0.01, 0.1], num_envs=8, num_steps=16,
+                       ensemble_size=2, wm_dim=16, replay_capacity=64, hidden_dim=32)
     args = p.parse_args()
-    if args.quick:
-        args.sizes, args.seeds, args.episodes = [6, 8], 3, 300
-        args.ppo_ent_coefs, args.num_envs, args.num_steps = [0.01, 0.1], 8, 16
-        args.ensemble_size, args.wm_dim, args.replay_capacity, args.hidden_dim = 2, 16, 64, 32
     if min(args.sizes) < 2 or args.seeds < 1 or args.episodes < 1:
         p.error("sizes must be >= 2, seeds and episodes >= 1")
 
