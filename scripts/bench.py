@@ -162,6 +162,8 @@ CASES = {
     "cartpole-64x128-dtc": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=128,
                                                    updates_per_chunk=4,
                                                    extra_stages=("world_model", "intrinsic_reward"))),
+    "cartpole-64x128-rnd": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=128,
+                                                   updates_per_chunk=4, extra_stages=("rnd",))),
     "hackmatrix-random-2048": (bench_random_policy, dict(env_name="hackmatrix", num_envs=2048, steps_per_chunk=64)),
     # Defaults (auto: MLP, exact uint8 observation storage), the cells encoder on the same storage, and the MLP on
     # float32 storage (the default before uint8); issue 3's targets at 2048 x 128: >= 18,000 env steps/s, peak

@@ -194,7 +194,8 @@ def test_ema_competence_and_boredom_match_hand_computed_values():
     got = np.array(got)
     np.testing.assert_allclose(got[:, 0], expected_fast, rtol=1e-6)  # 1, 0.95, 0.875, 0.8075
     np.testing.assert_allclose(got[:, 1], expected_slow, rtol=1e-6)  # 1, 0.9975, 0.993525, 0.98956...
-    np.testing.assert_allclose(got[:, 2], np.maximum(np.array(expected_slow) - expected_fast, 0), rtol=1e-5)
+    np.testing.assert_allclose(got[:, 2], np.maximum(np.array(expected_slow) - expected_fast, 0) / np.array(expected_slow),
+                               rtol=1e-5)  # relative gap
     # competence: 0 (< 0.01: bored +0.1), 0.0475, 0.1185, 0.182 (learning: -0.3 each, floored at 0)
     np.testing.assert_allclose(got[:, 3], [0.1, 0.0, 0.0, 0.0], atol=1e-7)
     # not learning for a while: boredom rises by `rise` per update, capped at 1
@@ -265,3 +266,106 @@ def test_cli_agent_dtc_runs_end_to_end_as_one_compiled_chunk(tmp_path):
                 "dtc/intrinsic_reward", "dtc/intrinsic_share", "mean_episode_return"):
         assert all(key in r and np.isfinite(r[key]) for r in records), key
     assert all(r["wm/loss"] != 0 and r["wm/grad_norm"] > 0 for r in records)
+
+
+# ---- issue 20: the novelty signal -------------------------------------------------------------------------------
+
+def chain_batch(num_envs=2, length=4, episodes=2):
+    """A deterministic one-hot chain: each episode walks states 0..length-1 (action 0 throughout) and ends,
+    terminated, on state `length` (the pre-reset final observation); the next step starts again at 0."""
+    t = np.arange(episodes * length) % length
+    obs = np.eye(length + 1, dtype=np.float32)[t]
+    next_obs = np.eye(length + 1, dtype=np.float32)[t + 1]
+    term = (t == length - 1)
+    tile = lambda x: jnp.asarray(np.repeat(x[:, None], num_envs, 1))
+    return {"obs": tile(obs), "next_obs": tile(next_obs), "action": jnp.zeros((len(t), num_envs), jnp.int32),
+            "reward": tile(term.astype(np.float32)), "terminated": tile(term),
+            "truncated": jnp.zeros((len(t), num_envs), bool)}, term
+
+
+def tiny_world_model(**changes):
+    from hephaestus.dtc.stages import make_world_model
+    from hephaestus.envs.adapters import EnvSpec
+
+    config = TrainConfig(env="gymnax:CartPole-v1", num_envs=2, num_steps=8, extra_stages=DTC_STAGES,
+                         dtc_ensemble_size=3, dtc_deter_dim=16, dtc_stoch_groups=4, dtc_stoch_classes=4,
+                         dtc_hidden_dim=32, dtc_seq_len=4, dtc_wm_batch=4, dtc_replay_capacity=16,
+                         dtc_frontier_window=8, **{"dtc_replay_ratio": 16.0, **changes})
+    resolve(config)
+    spec = EnvSpec(name="chain", obs_dim=5, discrete=True, action_dim=2)
+    model, init, train = make_world_model(config, spec)
+    return config, model, init, jax.jit(train)
+
+
+@pytest.fixture(scope="module")
+def chain_visits():
+    """Novelty of the same chain batch on visits 1..12 (one world_model update per visit), and the state before
+    the first visit."""
+    config, model, init, train = tiny_world_model()
+    batch, term = chain_batch()
+    state = init(jax.random.PRNGKey(0))
+    first_state, novelties = state, []
+    for i in range(12):
+        state, novelty, metrics = train(jax.random.PRNGKey(100 + i), state, batch)
+        novelties.append(np.asarray(novelty))
+    return config, model, first_state, batch, term, np.stack(novelties), metrics
+
+
+def test_replay_ratio_sets_the_world_model_steps(chain_visits):
+    config, *_, metrics = chain_visits
+    assert config.dtc_wm_steps == 16  # 16 replayed transitions per env step x 16 env steps / (4 x 4) per step
+    assert float(metrics["wm/steps"]) == 16
+    assert TrainConfig(dtc_replay_ratio=0.0).dtc_wm_steps == 0
+    assert TrainConfig(num_envs=16, num_steps=32, dtc_seq_len=8, dtc_wm_batch=16, dtc_replay_ratio=1.0).dtc_wm_steps == 4
+    with pytest.raises(ConfigError, match="replay-ratio"):
+        resolve(TrainConfig(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, extra_stages=DTC_STAGES,
+                            dtc_replay_ratio=-1.0))
+
+
+def test_novelty_is_scored_before_the_model_learns_from_the_batch(chain_visits):
+    config, model, first_state, batch, term, novelties, _ = chain_visits
+    done = batch["terminated"]
+    first = jnp.concatenate([first_state.first[None], done[:-1]], 0)
+    before, _, _ = ensemble_novelty(model, first_state.params, batch["obs"], batch["action"], first, first_state.h,
+                                    jax.random.PRNGKey(0))
+    np.testing.assert_allclose(novelties[0], np.asarray(before), rtol=1e-5, atol=1e-7)
+    # a transition's bonus the first time it is seen is higher than after 10 visits
+    assert np.all(novelties[0] > novelties[10]), (novelties[0], novelties[10])
+
+
+def test_end_of_episode_novelty_falls_with_visits_like_the_others(chain_visits):
+    *_, term, novelties, _ = chain_visits
+    end, other = novelties[:, term].mean((1, 2)), novelties[:, ~term].mean((1, 2))
+    # The last transition of each episode is trained against its true final observation (next_obs), so its
+    # novelty falls like every other transition's. (Without next_obs it never fell: on visits 10-12 it was 1.4x
+    # its first value, the others 0.56x; with it, 0.01x and 0.03x.)
+    assert end[9:].mean() < 0.2 * end[0], end
+    assert other[9:].mean() < 0.2 * other[0], other
+
+
+def test_competence_is_scale_free_and_changes_the_bonus():
+    args = dict(fast_rate=0.1, slow_rate=0.005, threshold=0.01, rise=0.1, decay=0.3)
+    falling = (1.0, 0.8, 0.5, 0.3)
+    for scale in (1.0, 1e-3):  # raw novelty in other units: the same competence (no drift with the normaliser)
+        state, got = intr.intrinsic_init(), []
+        for x in falling:
+            state, c = intr.competence_step(state, jnp.float32(x * scale), **args)
+            got.append(float(c))
+        if scale == 1.0:
+            reference = got
+        np.testing.assert_allclose(got, reference, rtol=1e-4)
+    assert reference[0] == 0.0 and reference[-1] > 0.1
+    # competence is a gain on novelty: with it on, a novel transition pays more while the model is learning
+    from hephaestus.dtc.stages import intrinsic_reward_stage
+    from hephaestus.stages import StageContext
+
+    def bonus(coef):
+        cfg = TrainConfig(env="gymnax:CartPole-v1", extra_stages=DTC_STAGES, dtc_competence_coef=coef)
+        stage = intrinsic_reward_stage(StageContext(config=cfg, env_spec=None, network=None))
+        state = intr.intrinsic_init()
+        for x in falling:
+            batch = {"dtc_novelty": jnp.full((4, 2), x, jnp.float32), "reward": jnp.zeros((4, 2))}
+            _, out, state, _ = stage.apply(None, None, batch, state)
+        return float(out["intrinsic_reward"].mean())
+
+    assert bonus(1.0) > 1.05 * bonus(0.0)

@@ -6,7 +6,7 @@ import argparse
 import math
 import sys
 
-from hephaestus.config import DTC_STAGES, ENCODERS, ENV_DEFAULTS, FALLBACK_DEFAULTS, OBS_DTYPES, TrainConfig
+from hephaestus.config import AGENTS, agent_config, ENCODERS, ENV_DEFAULTS, FALLBACK_DEFAULTS, OBS_DTYPES, TrainConfig
 
 DEFAULTS = TrainConfig()
 
@@ -31,7 +31,8 @@ def number(text: str) -> int:
     return int(value)
 
 
-# DTC flags: --intrinsic-coef -> dtc_intrinsic_coef, --dtc-deter-dim -> dtc_deter_dim, ... (config.py documents each)
+# Exploration-bonus flags: --intrinsic-coef -> dtc_intrinsic_coef, --dtc-deter-dim -> dtc_deter_dim, --rnd-coef ->
+# rnd_coef, ... (config.py documents each field)
 DTC_FLAGS = (
     ("--intrinsic-coef", "intrinsic reward weight: reward += coef x (novelty + competence term)"),
     ("--dtc-ensemble-size", "world-model ensemble members K"),
@@ -40,19 +41,42 @@ DTC_FLAGS = (
     ("--dtc-stoch-classes", "classes per categorical latent"),
     ("--dtc-hidden-dim", "RSSM MLP width"),
     ("--dtc-wm-lr", "world-model learning rate"),
-    ("--dtc-wm-steps", "world-model gradient steps per PPO update"),
+    ("--dtc-replay-ratio", "replayed transitions per env step (sets the world-model gradient steps per update)"),
+    ("--dtc-bootstrap", "1: each member trains on its own replay draws; 0: all on one shared batch"),
+    ("--dtc-competence-coef", "gain of competence on novelty (0 = disagreement alone)"),
     ("--dtc-wm-batch", "replayed sequences per world-model gradient step"),
     ("--dtc-seq-len", "replay sequence length; must divide --num-steps"),
     ("--dtc-replay-capacity", "replay ring buffer size, in sequences"),
     ("--dtc-frontier-fraction", "share of replay draws from the most recent window"),
     ("--dtc-frontier-window", "sequences in the recent window"),
+    ("--rnd-coef", "RND bonus weight: reward += coef x normalised prediction error"),
+    ("--rnd-hidden-dim", "RND network width"),
+    ("--rnd-embed-dim", "RND embedding size"),
+    ("--rnd-lr", "RND predictor learning rate"),
+    ("--rnd-steps", "RND predictor gradient steps per PPO update"),
+    ("--count-coef", "count bonus weight: reward += coef / sqrt(visits of the next observation)"),
+    ("--count-table-size", "count bonus hash buckets"),
 )
+BONUS_PREFIXES = ("dtc_", "rnd_", "count_")
+
+
+def flag_field(flag: str) -> str:
+    """--intrinsic-coef -> dtc_intrinsic_coef; --rnd-lr -> rnd_lr; --dtc-seq-len -> dtc_seq_len."""
+    name = flag[2:].replace("-", "_")
+    return name if name.startswith(BONUS_PREFIXES) else "dtc_" + name
+
+
+def _bool01(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise argparse.ArgumentTypeError(f"expected 0 or 1, got {text!r}")
+    return text == "1"
 
 
 def dtc_fields(args: argparse.Namespace) -> dict:
-    """The TrainConfig dtc_* fields the DTC flags set (absent from namespaces built without them)."""
+    """The TrainConfig dtc_*, rnd_*, count_* fields the bonus flags set (absent from namespaces built without
+    them)."""
     return {name: value for name, value in vars(args).items()
-            if name.startswith("dtc_") and hasattr(DEFAULTS, name)}
+            if name.startswith(BONUS_PREFIXES) and name in TrainConfig.__dataclass_fields__}
 
 
 def env_default_text(field: str) -> str:
@@ -112,14 +136,17 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--extra-stages", default="",
                    help="comma-separated extra pipeline stages, e.g. reward_bonus (default: none)")
 
-    g = p.add_argument_group("DTC (specs/dtc.md)")
-    g.add_argument("--agent", choices=("ppo", "dtc"), default="ppo",
-                   help="dtc: add the world_model and intrinsic_reward stages after the rollout (default: ppo)")
+    g = p.add_argument_group("exploration agents (specs/dtc.md)")
+    g.add_argument("--agent", choices=tuple(AGENTS), default="ppo",
+                   help="ppo: plain PPO; dtc: world-model ensemble + dual-timescale intrinsic reward; disagreement: "
+                        "dtc with competence off (ensemble disagreement alone); rnd: Random Network Distillation; "
+                        "count: tabular count bonus on the next observation (small discrete envs) (default: ppo)")
     for flag, help_text in DTC_FLAGS:
-        field = "dtc_" + flag[2:].replace("-", "_").removeprefix("dtc_")
+        field = flag_field(flag)
         default = getattr(d, field)
-        g.add_argument(flag, dest=field, type=type(default), default=default,
-                       metavar=flag[2:].upper().replace("-", "_"), help=f"{help_text} (default: %(default)s)")
+        kind = _bool01 if isinstance(default, bool) else type(default)
+        g.add_argument(flag, dest=field, type=kind, default=default, metavar=flag[2:].upper().replace("-", "_"),
+                       help=f"{help_text} (default: {int(default) if isinstance(default, bool) else default})")
 
     g = p.add_argument_group("run")
     g.add_argument("--seed", type=int, default=d.seed, help="PRNG seed (default: %(default)s)")
@@ -186,9 +213,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     d = DEFAULTS
     extra = tuple(s.strip() for s in args.extra_stages.split(",") if s.strip())
-    if getattr(args, "agent", "ppo") == "dtc":
-        extra = DTC_STAGES + tuple(s for s in extra if s not in DTC_STAGES)
-    return TrainConfig(
+    config = TrainConfig(
         env=args.env, num_envs=args.num_envs, num_steps=args.num_steps, total_timesteps=args.total_timesteps,
         lr=args.lr, anneal_lr=args.anneal_lr, gamma=args.gamma, gae_lambda=args.gae_lambda,
         num_minibatches=args.num_minibatches if args.num_minibatches is not None else d.num_minibatches,
@@ -206,6 +231,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         startup_timeout=args.startup_timeout,
         wandb=args.wandb, wandb_project=args.wandb_project, wandb_entity=args.wandb_entity,
         wandb_artifacts=args.wandb_artifacts, tensorboard_dir=args.tensorboard_dir)
+    return agent_config(config, getattr(args, "agent", "ppo"))
 
 
 def build_parser() -> OneLineParser:

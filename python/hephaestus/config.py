@@ -97,14 +97,18 @@ class TrainConfig:
     dtc_kl_rep: float = 0.1  # ... and the posterior to the prior
     dtc_wm_lr: float = 1e-3
     dtc_wm_grad_clip: float = 100.0  # per-member global-norm clip
-    dtc_wm_steps: int = 1  # world-model gradient steps per PPO update
+    # Replay ratio: replayed transitions (wm_batch x seq_len per gradient step) per env step; the gradient steps per
+    # PPO update follow from it (TrainConfig.dtc_wm_steps). 0: a frozen model (novelty only, for measuring). The
+    # old fixed 1 step per update was a ratio of 0.25 on DeepSea and the ensemble barely learned (issue 20).
+    dtc_replay_ratio: float = 1.0
+    dtc_bootstrap: bool = True  # each member trains on its own replay draws (bootstrap), not one shared batch
     dtc_wm_batch: int = 16  # replayed sequences per gradient step
     dtc_seq_len: int = 16  # replay sequence length; must divide num_steps
     dtc_replay_capacity: int = 2048  # sequences in the on-device ring buffer
     dtc_frontier_fraction: float = 0.5  # share of each replay batch drawn from the most recent window
     dtc_frontier_window: int = 512  # sequences in that window
     dtc_intrinsic_coef: float = 0.05  # reward += coef * (novelty + competence term)
-    dtc_competence_coef: float = 1.0  # gain of competence on per-transition novelty
+    dtc_competence_coef: float = 1.0  # gain of competence on per-transition novelty (0: disagreement alone)
     dtc_fast_rate: float = 0.1  # C_fast = EMA(novelty, 0.1)
     dtc_slow_rate: float = 0.005  # C_slow = EMA(novelty, 0.005)
     dtc_boredom_threshold: float = 0.01  # competence below this counts as "not learning"
@@ -112,6 +116,17 @@ class TrainConfig:
     dtc_boredom_decay: float = 0.05  # per update while learning
     dtc_min_horizon: int = 8  # dream horizon range for part 2 (set by boredom)
     dtc_max_horizon: int = 64
+    # RND (bonus.py, --agent rnd): a predictor learns a fixed random network's embedding of the next observation;
+    # the bonus is its squared error before it trains on the batch, divided by a running RMS.
+    rnd_coef: float = 0.5  # reward += coef * normalised prediction error
+    rnd_hidden_dim: int = 64
+    rnd_embed_dim: int = 32
+    rnd_lr: float = 1e-3
+    rnd_steps: int = 4  # predictor gradient steps (full batch) per PPO update
+    # Tabular count bonus (bonus.py, --agent count): reward += coef / sqrt(n(next_obs)), n counted per hashed
+    # observation; the oracle for small discrete envs (DeepSea), useless on continuous ones.
+    count_coef: float = 0.5
+    count_table_size: int = 1 << 20  # hash buckets (int32 each); keep >> distinct observations
     # bookkeeping
     seed: int = 0
     # Independent agents trained by one vmapped program (specs/pipeline.md, "Many seeds"): agent i is seeded
@@ -159,6 +174,15 @@ class TrainConfig:
     @property
     def batch_size(self) -> int:
         return self.num_envs * self.num_steps
+
+    @property
+    def dtc_wm_steps(self) -> int:
+        """World-model gradient steps per PPO update: dtc_replay_ratio x env steps / replayed steps per gradient
+        step, rounded, at least 1 while the ratio is positive."""
+        if self.dtc_replay_ratio <= 0:
+            return 0
+        per_step = self.dtc_wm_batch * self.dtc_seq_len
+        return max(1, round(self.dtc_replay_ratio * self.batch_size / per_step))
 
     @property
     def minibatch_size(self) -> int:
@@ -287,6 +311,11 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"--cell-dim must be positive, got {config.cell_dim}")
     if any(name in DTC_STAGES for name in config.extra_stages):
         validate_dtc(config)
+    for name in ("rnd_hidden_dim", "rnd_embed_dim", "rnd_steps", "count_table_size"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
+    if config.rnd_lr <= 0:
+        raise ConfigError(f"--rnd-lr must be positive, got {config.rnd_lr}")
 
 
 def check_run_name(name: str) -> None:
@@ -319,15 +348,15 @@ def resolve_encoder(config: TrainConfig, spec) -> str:
 def resolve_obs_dtype(config: TrainConfig, spec) -> str:
     """"float32", "bfloat16" or "uint8": how the rollout stores observations (obs_storage.py)."""
     quantised = getattr(spec, "obs_quanta", None) is not None
-    # DTC's world model and replay read the batch's observations as floats.
-    reads_obs = any(name in DTC_STAGES for name in config.extra_stages)
+    # DTC's world model and replay, RND and the count bonus read the batch's observations as floats.
+    reads_obs = any(name in OBS_READING_STAGES for name in config.extra_stages)
     if config.obs_dtype == "uint8":
         if not quantised:
             raise ConfigError(f"--obs-dtype uint8 needs an env that declares obs_quanta; {config.env} does not "
                               "(use float32 or bfloat16)")
         if reads_obs:
-            raise ConfigError("--obs-dtype uint8 cannot be used with --agent dtc (its world model reads float "
-                              "observations); use float32 or bfloat16")
+            raise ConfigError("--obs-dtype uint8 cannot be used with --agent dtc, disagreement, rnd or count (they "
+                              "read float observations); use float32 or bfloat16")
     if config.obs_dtype != "auto":
         return config.obs_dtype
     return "uint8" if quantised and not reads_obs else "float32"
@@ -335,6 +364,21 @@ def resolve_obs_dtype(config: TrainConfig, spec) -> str:
 
 # The stages `--agent dtc` inserts after the rollout, in this order (python/hephaestus/dtc/stages.py).
 DTC_STAGES = ("world_model", "intrinsic_reward")
+# --agent NAME -> (extra stages, config changes). ppo: none. dtc: world-model ensemble + dual-timescale intrinsic
+# reward. disagreement: the same with competence off (plain ensemble disagreement). rnd: Random Network
+# Distillation. count: tabular count bonus (the oracle on small discrete envs).
+AGENTS = {"ppo": ((), {}), "dtc": (DTC_STAGES, {}), "disagreement": (DTC_STAGES, {"dtc_competence_coef": 0.0}),
+          "rnd": (("rnd",), {}), "count": (("count_bonus",), {})}
+OBS_READING_STAGES = DTC_STAGES + ("rnd", "count_bonus")
+
+
+def agent_config(config: TrainConfig, agent: str) -> TrainConfig:
+    """`config` with the agent's extra stages first (then any others already set) and its config changes."""
+    if agent not in AGENTS:
+        raise ConfigError(f"unknown agent {agent!r}; choose from {', '.join(AGENTS)}")
+    stages, changes = AGENTS[agent]
+    extra = tuple(stages) + tuple(s for s in config.extra_stages if s not in stages)
+    return config.replace(extra_stages=extra, **changes)
 
 
 def validate_dtc(config: TrainConfig) -> None:
@@ -342,8 +386,8 @@ def validate_dtc(config: TrainConfig) -> None:
                  "dtc_wm_batch", "dtc_seq_len", "dtc_replay_capacity", "dtc_frontier_window"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
-    if config.dtc_wm_steps < 0:
-        raise ConfigError(f"--dtc-wm-steps must be >= 0, got {config.dtc_wm_steps}")
+    if config.dtc_replay_ratio < 0:
+        raise ConfigError(f"--dtc-replay-ratio must be >= 0, got {config.dtc_replay_ratio}")
     if config.num_steps % config.dtc_seq_len:
         raise ConfigError(f"--dtc-seq-len {config.dtc_seq_len} must divide --num-steps {config.num_steps}")
     per_rollout = config.num_steps // config.dtc_seq_len * config.num_envs

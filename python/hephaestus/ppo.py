@@ -150,6 +150,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
 
     def rollout_init(key):
         env_state, first = v_reset(jax.random.split(key, num_envs))
+        if env.init_instance is not None:  # e.g. DeepSea: one action map per run, drawn from the run's key
+            env_state = env.init_instance(jax.random.fold_in(key, 1), env_state)
         zeros = jnp.zeros((num_envs,), jnp.float32)
         return RolloutState(env_state=env_state, obs=first.obs, action_mask=first.action_mask,
                             episode_return=zeros, episode_length=jnp.zeros((num_envs,), jnp.int32),
@@ -195,6 +197,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             transition = {"obs": stored_obs, "action_mask": rs.action_mask, "action": action, "log_prob": log_prob,
                           "value": value, "reward": step.reward, "terminated": step.terminated,
                           "truncated": step.truncated, "bootstrap_value": bootstrap}
+            if store_next_obs:  # the pre-reset observation the action led to (episode ends included)
+                transition["next_obs"] = step.final_obs.astype(jnp.float32)
             rs = rs.replace(env_state=env_state, obs=step.obs, action_mask=step.action_mask,
                             episode_return=jnp.where(done, 0.0, ep_return),
                             episode_length=jnp.where(done, 0, ep_length),
@@ -335,6 +339,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             "advantage": Stage("advantage", advantage_apply),
             "ppo_update": Stage("ppo_update", sharded_ppo_update_apply if shard.active else ppo_update_apply)}
     pipeline = build_pipeline(StageContext(config=config, env_spec=spec, network=network), core)
+    store_next_obs = any("next_obs" in stage.reads for stage in pipeline)  # read by rollout_apply when traced
 
     # ---------------------------------------------------------------------------------------------
     # One update threads a batch through the stages; a chunk scans `n` updates.

@@ -39,6 +39,9 @@ BATCH_KEYS = {
     "terminated": "bool episode ended in a terminal state: no bootstrap",
     "truncated": "bool episode hit its time limit: bootstrap from `bootstrap_value`",
     "bootstrap_value": "float32 critic value of the final observation where truncated, else 0",
+    "next_obs": "float32[T, N, obs_dim] the observation the action led to: the pre-reset final observation where "
+                "the episode ended, else the next step's `obs` (stored only when an extra stage lists it in "
+                "Stage.reads: it doubles the batch's observation memory)",
     "last_value": "float32[N] critic value of the observation after the last step",
     "advantage": "float32 GAE advantage (written by the advantage stage)",
     "target": "float32 value target = advantage + value (written by the advantage stage)",
@@ -53,6 +56,7 @@ class Stage:
     apply: Callable[..., tuple[Any, dict, Any, dict]]
     init: Callable[[jax.Array], Any] = lambda key: None
     after: str = "rollout"  # which core stage this one follows (for extra stages)
+    reads: tuple[str, ...] = ()  # optional batch keys this stage needs the rollout to store (e.g. "next_obs")
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ def _load_builtin_stages():
     # without the PPO module knowing about any of them.
     import importlib
 
-    for module in ("hephaestus.dtc.stages",):
+    for module in ("hephaestus.dtc.stages", "hephaestus.bonus"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:

@@ -1,20 +1,32 @@
 #!/usr/bin/env python3
-"""DeepSea (bsuite, gymnax) with a randomised action map: plain PPO vs PPO + DTC intrinsic reward.
+"""DeepSea, bsuite's deep_sea protocol, in our pipeline: which agents explore deeply enough to solve it.
 
-For each size, each agent trains `--seeds` seeds (vmapped: one compiled program per size and agent) for a
-fixed step budget. Prints, per size and agent, the fraction of seeds that ever reach the treasure and the
-env steps until each first did; saves a PNG plot.
+Protocol (bsuite/experiments/deep_sea: sweep.py and analysis.py):
+* sizes N (bsuite sweeps 10..50); `--episodes` per size and seed (bsuite: 10,000);
+* each seed its own random action map (env `deepsea:N`: the map is drawn from the run's key);
+* a seed *solves* size N at the first episode where the running fraction of bad episodes (cumulative bad / episodes;
+  in deterministic DeepSea an episode is bad iff it misses the treasure) drops below 0.9 (analysis.find_solution's
+  `thresh=0.9`), and it *scores* only if that episode is < 2^N + 100 (analysis.score's `forgiveness=100`);
+* constant learning rate; `--seeds` seeds per agent vmapped in one compiled program.
 
-    python scripts/experiments/deepsea.py                       # sizes 8 12 16 20, 5 seeds
-    python scripts/experiments/deepsea.py --sizes 8 --budget 20000 --seeds 2
+Agents: random (analytic), ppo (entropy coefficient tuned over --ppo-ent-coefs on the smallest size, the best then
+used everywhere), count (tabular count bonus: the oracle), rnd, disagreement (DTC with competence off), dtc.
 
-The treasure is detected by a probe stage placed first after the rollout, so it sees the extrinsic reward
-(the bottom-right transition pays +1; every other reward is <= 0).
+Reported per size and agent: seeds solved and scored, episodes to solve, episodes to the first treasure (censored
+at the budget), coverage of the N(N+1)/2 reachable cells, and the Spearman correlation between a cell's last
+intrinsic reward and its visit count (negative = the bonus falls with visits). Episode counts are measured at the
+end of the PPO update in which the event happened (resolution: num_envs x num_steps / N episodes).
+
+    python scripts/experiments/deepsea.py                        # full: sizes 10 14 20 24 30, 10 seeds, 10k episodes
+    python scripts/experiments/deepsea.py --quick                # 2 sizes, 3 seeds, small budget
+    python scripts/experiments/deepsea.py --sizes 10 14 --agents count dtc --seeds 5 --episodes 2000
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import sys
 import time
@@ -28,56 +40,159 @@ xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped ini
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from gymnax.environments.bsuite.deep_sea import DeepSea  # noqa: E402
 
-from hephaestus.config import DTC_STAGES, TrainConfig, resolve  # noqa: E402
-from hephaestus.envs.adapters import adapt_gymnax  # noqa: E402
+from hephaestus.config import TrainConfig, agent_config, resolve  # noqa: E402
+from hephaestus.envs.registry import make_env  # noqa: E402
 from hephaestus.ppo import make_train  # noqa: E402
 from hephaestus.stages import Stage, register_stage  # noqa: E402
 
-
-@register_stage("treasure_probe")
-def treasure_probe(ctx):
-    def apply(key, train_state, batch, state):
-        return train_state, batch, state, {"probe/treasure": jnp.sum(batch["reward"] > 0.5).astype(jnp.float32)}
-
-    return Stage(name="treasure_probe", apply=apply)
+AGENTS = ("random", "ppo", "count", "rnd", "disagreement", "dtc")
+BAD_THRESHOLD = 0.9  # bsuite analysis.find_solution(thresh=0.9)
+FORGIVENESS = 100  # bsuite analysis.score(forgiveness=100.)
 
 
-def make_config(size: int, agent: str, budget: int, args) -> TrainConfig:
-    extra = ("treasure_probe",) + (DTC_STAGES if agent == "dtc" else ())
-    config = TrainConfig(env=f"deepsea{size}", num_envs=args.num_envs, num_steps=args.num_steps,
-                         total_timesteps=budget, lr=args.lr, ent_coef=args.ent_coef, hidden_dim=64, num_layers=2,
-                         extra_stages=extra, dtc_intrinsic_coef=args.intrinsic_coef, dtc_seq_len=args.seq_len,
-                         dtc_wm_steps=args.wm_steps, dtc_replay_capacity=args.replay_capacity,
-                         dtc_frontier_window=args.replay_capacity // 4)
-    config = config.replace(log_interval=config.num_updates)  # the whole run is one compiled chunk
-    return resolve(config)[0]
+@register_stage("deepsea_probe")
+def deepsea_probe(ctx):
+    """First after the rollout (sees the extrinsic reward): episodes and treasures per update, and each cell's
+    visit count (the cell an action was taken from; DeepSea observations are one-hot grids)."""
+    cells = ctx.env_spec.obs_dim
+
+    def apply(key, train_state, batch, visits):
+        done = jnp.logical_or(batch["terminated"], batch["truncated"])
+        cell = jnp.argmax(batch["obs"], -1).reshape(-1)
+        visits = visits.at[cell].add(1)
+        metrics = {"probe/episodes": jnp.sum(done).astype(jnp.float32),
+                   "probe/treasures": jnp.sum(done & (batch["reward"] > 0.5)).astype(jnp.float32)}
+        return train_state, batch, visits, metrics
+
+    return Stage(name="deepsea_probe", apply=apply, init=lambda key: jnp.zeros((cells,), jnp.int32))
 
 
-def run(size: int, agent: str, args):
-    env = DeepSea(size=size)
-    params = env.default_params.replace(randomize_actions=True)
-    adapted = adapt_gymnax(env, params, f"deepsea{size}")
-    config = make_config(size, agent, args.budget, args)
-    trainer = make_train(config, adapted)
-    seeds = list(range(args.seeds))
-    runners = jax.tree.map(lambda *xs: jnp.stack(xs), *[trainer.init_runner_state(s) for s in seeds])
+@register_stage("bonus_probe")
+def bonus_probe(ctx):
+    """Last after the rollout: each cell's intrinsic reward the last time an action was taken from it (NaN until
+    then), for the novelty-vs-visits correlation."""
+    cells = ctx.env_spec.obs_dim
+
+    def apply(key, train_state, batch, last):
+        if "intrinsic_reward" not in batch:
+            return train_state, batch, last, {}
+        cell = jnp.argmax(batch["obs"], -1).reshape(-1)
+        bonus = batch["intrinsic_reward"].reshape(-1)
+        total = jnp.zeros((cells,), jnp.float32).at[cell].add(bonus)
+        count = jnp.zeros((cells,), jnp.float32).at[cell].add(1.0)
+        last = jnp.where(count > 0, total / jnp.maximum(count, 1.0), last)
+        return train_state, batch, last, {}
+
+    return Stage(name="bonus_probe", apply=apply, init=lambda key: jnp.full((cells,), jnp.nan, jnp.float32))
+
+
+def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
+    batch = args.num_envs * args.num_steps
+    steps = args.episodes * size
+    config = TrainConfig(env=f"deepsea:{size}", num_envs=args.num_envs, num_steps=args.num_steps,
+                         total_timesteps=-(-steps // batch) * batch, lr=args.lr, anneal_lr=False, ent_coef=ent_coef,
+                         hidden_dim=args.hidden_dim, num_layers=2, num_minibatches=args.num_minibatches,
+                         update_epochs=args.update_epochs, user_set_minibatches=True, user_set_epochs=True,
+                         dtc_intrinsic_coef=args.intrinsic_coef, dtc_seq_len=args.seq_len,
+                         dtc_replay_ratio=args.replay_ratio, dtc_replay_capacity=args.replay_capacity,
+                         dtc_frontier_window=args.replay_capacity // 4, dtc_ensemble_size=args.ensemble_size,
+                         dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, rnd_coef=args.rnd_coef,
+                         count_coef=args.count_coef)
+    config = agent_config(config, agent)
+    config = config.replace(extra_stages=("deepsea_probe",) + config.extra_stages + ("bonus_probe",))
+    return resolve(config.replace(log_interval=config.num_updates))[0]  # the whole run: one compiled chunk
+
+
+def run(size: int, agent: str, ent_coef: float, args) -> dict:
+    config = make_config(size, agent, ent_coef, args)
+    trainer = make_train(config, make_env(config.env))  # the pipeline's own training entry, one config per agent
+    # Seeds vmapped: each its own init key, so its own network, env resets and DeepSea action map.
+    runners = jax.tree.map(lambda *xs: jnp.stack(xs), *[trainer.init_runner_state(s) for s in range(args.seeds)])
     chunk = jax.jit(jax.vmap(lambda r, n: trainer.compiled_chunk(r, n), in_axes=(0, None)))
     t0 = time.perf_counter()
     compiled = chunk.lower(runners, jnp.int32(config.num_updates)).compile()
-    compile_seconds = time.perf_counter() - t0
+    compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    _, metrics = compiled(runners, jnp.int32(config.num_updates))
-    hits = np.asarray(jax.device_get(metrics["probe/treasure"]))  # [seeds, updates]
-    seconds = time.perf_counter() - t0
-    reached = hits.sum(1) > 0
-    first = np.where(reached, (hits > 0).argmax(1) + 1, -1) * config.batch_size  # env steps at the end of it
-    returns = np.asarray(jax.device_get(metrics["mean_episode_return"]))
-    share = float(np.mean(jax.device_get(metrics["dtc/intrinsic_share"]))) if "dtc/intrinsic_share" in metrics else 0.0
-    return {"size": size, "agent": agent, "reached": reached, "first": first, "seconds": seconds, "compile": compile_seconds,
-            "steps": config.num_updates * config.batch_size, "hits": hits, "returns": returns, "share": share,
-            "batch": config.batch_size}
+    final, metrics = compiled(runners, jnp.int32(config.num_updates))
+    metrics = jax.device_get(metrics)
+    run_s = time.perf_counter() - t0
+    stages = jax.device_get(final.stages)
+    maps = np.asarray(stages["rollout"].env_state.action_mapping)[:, 0]  # [seeds, N, N]
+    return summarise(size, agent, np.asarray(metrics["probe/episodes"]), np.asarray(metrics["probe/treasures"]),
+                     np.asarray(stages["deepsea_probe"]), np.asarray(stages["bonus_probe"]), maps,
+                     {"compile_s": compile_s, "run_s": run_s, "ent_coef": ent_coef,
+                      "env_steps_per_seed": config.num_updates * config.batch_size,
+                      "share": float(np.mean([np.mean(v) for k, v in metrics.items() if k.endswith("intrinsic_share")]
+                                             or [0.0]))})
+
+
+def spearman(x, y) -> float:
+    if len(x) < 3 or np.std(x) == 0 or np.std(y) == 0:
+        return float("nan")
+    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def summarise(size, agent, episodes, treasures, visits, last_bonus, maps, extra) -> dict:
+    """episodes/treasures [seeds, updates]; visits/last_bonus [seeds, N*N]."""
+    budget = None
+    cum_ep, cum_tr = np.cumsum(episodes, 1), np.cumsum(treasures, 1)
+    reachable = np.array([c <= r for r in range(size) for c in range(size)])  # row-major cells with col <= row
+    per_seed = []
+    for s in range(episodes.shape[0]):
+        bad_frac = 1.0 - cum_tr[s] / np.maximum(cum_ep[s], 1)
+        below = np.nonzero((bad_frac < BAD_THRESHOLD) & (cum_ep[s] > 0))[0]
+        solve_ep = int(cum_ep[s, below[0]]) if below.size else None
+        first = np.nonzero(cum_tr[s] > 0)[0]
+        seen = visits[s] > 0
+        corr_cells = seen & np.isfinite(last_bonus[s])
+        per_seed.append({"solved_episode": solve_ep,
+                         "scored": solve_ep is not None and solve_ep < 2 ** size + FORGIVENESS,
+                         "first_treasure": int(cum_ep[s, first[0]]) if first.size else None,
+                         "coverage": float(seen[reachable].mean()),
+                         "corr": spearman(last_bonus[s][corr_cells], visits[s][corr_cells])})
+        budget = int(cum_ep[s, -1])
+    distinct_maps = len({m.tobytes() for m in maps})
+    return {"size": size, "agent": agent, "seeds": per_seed, "episodes": budget, "distinct_maps": distinct_maps,
+            **extra}
+
+
+def random_agent(size: int, episodes: int, seeds: int) -> dict:
+    """Uniform random actions, analytically: an episode finds the treasure with probability p = 2^-N (each of the
+    N moves goes right with probability 1/2 whatever the map). Solving needs a cumulative success rate > 10%,
+    i.e. never for N >= 4 in practice; the first treasure is geometric with mean 2^N."""
+    p = 2.0 ** -size
+    found = 1.0 - (1.0 - p) ** episodes
+    return {"size": size, "agent": "random", "analytic": True, "p_first_within_budget": found,
+            "expected_first": 1.0 / p, "expected_coverage": float(np.mean(
+                [1.0 - (1.0 - math.comb(r, c) * 2.0 ** -r) ** episodes for r in range(size) for c in range(r + 1)])),
+            "episodes": episodes, "seeds": [{"solved_episode": None, "scored": False}] * seeds}
+
+
+def row(r) -> str:
+    n = len(r["seeds"])
+    if r.get("analytic"):
+        return (f"| {r['size']} | random (analytic) | 0/{n} | 0/{n} | – | P(found) {r['p_first_within_budget']:.3f}, "
+                f"mean 2^N = {r['expected_first']:,.0f} | {r['expected_coverage']:.2f} | – |")
+    solved = [s["solved_episode"] for s in r["seeds"] if s["solved_episode"] is not None]
+    scored = sum(s["scored"] for s in r["seeds"])
+    firsts = [s["first_treasure"] for s in r["seeds"]]
+    found = [f for f in firsts if f is not None]
+    corr = [s["corr"] for s in r["seeds"] if np.isfinite(s["corr"])]
+    first_txt = (f"median {int(np.median([f if f is not None else r['episodes'] + 1 for f in firsts])):,}"
+                 f"{'' if len(found) == n else '+'} ({len(found)}/{n} found)")
+    name = r["agent"] + (f" (ent {r['ent_coef']})" if r["agent"] == "ppo" else "")
+    return (f"| {r['size']} | {name} | {len(solved)}/{n} | {scored}/{n} | "
+            f"{'median ' + format(int(np.median(solved)), ',') if solved else '–'} | {first_txt} | "
+            f"{np.mean([s['coverage'] for s in r['seeds']]):.2f} | {np.mean(corr):+.2f} |" if corr else
+            f"| {r['size']} | {name} | {len(solved)}/{n} | {scored}/{n} | "
+            f"{'median ' + format(int(np.median(solved)), ',') if solved else '–'} | {first_txt} | "
+            f"{np.mean([s['coverage'] for s in r['seeds']]):.2f} | – |")
+
+
+HEADER = ("| N | agent | solved | scored (< 2^N+100) | episodes to solve | episodes to first treasure | coverage | "
+          "corr(bonus, visits) |\n|---|---|---|---|---|---|---|---|")
 
 
 def plot(results, path):
@@ -86,59 +201,101 @@ def plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
     sizes = sorted({r["size"] for r in results})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for agent, colour in (("ppo", "tab:blue"), ("dtc", "tab:orange")):
-        rs = {r["size"]: r for r in results if r["agent"] == agent}
+    budget = max(r["episodes"] for r in results)
+    for agent in AGENTS[1:]:
+        rs = sorted((r for r in results if r["agent"] == agent), key=lambda r: r["size"])
         if not rs:
             continue
-        axes[0].plot(sizes, [rs[s]["reached"].mean() if s in rs else np.nan for s in sizes], "o-", color=colour,
-                     label=agent)
-        for s in sizes:
-            if s in rs:
-                r = rs[s]
-                cum = np.cumsum(r["hits"], axis=1).mean(0)
-                axes[1].plot(np.arange(1, cum.size + 1) * r["batch"], cum, color=colour,
-                             alpha=0.4 + 0.6 * sizes.index(s) / max(len(sizes) - 1, 1),
-                             label=f"{agent} size {s}")
-    axes[0].set(xlabel="DeepSea size", ylabel="fraction of seeds reaching the treasure", ylim=(-0.05, 1.05))
-    axes[1].set(xlabel="env steps", ylabel="treasures found (mean over seeds, cumulative)", yscale="symlog")
-    axes[0].legend()
-    axes[1].legend(fontsize=7)
+        xs, meds, los, his = [], [], [], []
+        for r in rs:
+            eps = np.array([s["solved_episode"] if s["solved_episode"] is not None else np.inf for s in r["seeds"]])
+            xs.append(r["size"])
+            meds.append(np.median(eps))
+            los.append(np.percentile(eps, 25))
+            his.append(np.percentile(eps, 75))
+        meds = np.where(np.isfinite(meds), meds, np.nan)
+        line, = ax.plot(xs, meds, "o-", label=agent)
+        ax.fill_between(xs, np.where(np.isfinite(los), los, np.nan), np.where(np.isfinite(his), his, budget),
+                        color=line.get_color(), alpha=0.12)
+    ax.plot(sizes, [2.0 ** n + FORGIVENESS for n in sizes], "k--", label="2^N + 100 (bsuite's dithering bar)")
+    ax.axhline(budget, color="grey", lw=0.8)
+    ax.set(xlabel="DeepSea size N", ylabel="episodes to solve (median over seeds; band: IQR)", yscale="log",
+           ylim=(10, budget * 3))
+    ax.legend(fontsize=7)
+    ax.set_title("missing points: median seed did not solve within the budget", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=[8, 12, 16, 20])
-    p.add_argument("--agents", nargs="+", default=["ppo", "dtc"], choices=["ppo", "dtc"])
-    p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--budget", type=int, default=50_000, help="env steps per seed, every size (default %(default)s)")
+    p.add_argument("--sizes", type=int, nargs="+", default=[10, 14, 20, 24, 30])
+    p.add_argument("--agents", nargs="+", default=list(AGENTS), choices=AGENTS)
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--episodes", type=int, default=10_000, help="episodes per size and seed (bsuite: 10,000)")
+    p.add_argument("--ppo-ent-coefs", type=float, nargs="+", default=[0.01, 0.05, 0.1],
+                   help="PPO's entropy coefficient is tuned over these on the smallest size")
+    p.add_argument("--ent-coef", type=float, default=0.01, help="entropy coefficient of the bonus agents")
     p.add_argument("--num-envs", type=int, default=16)
     p.add_argument("--num-steps", type=int, default=32)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--ent-coef", type=float, default=0.01)
-    p.add_argument("--intrinsic-coef", type=float, default=0.05)
+    p.add_argument("--num-minibatches", type=int, default=4)
+    p.add_argument("--update-epochs", type=int, default=4)
+    p.add_argument("--hidden-dim", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3, help="constant (no annealing)")
+    p.add_argument("--intrinsic-coef", type=float, default=0.05, help="DTC / disagreement bonus weight")
+    p.add_argument("--rnd-coef", type=float, default=0.05)
+    p.add_argument("--count-coef", type=float, default=0.05)
     p.add_argument("--seq-len", type=int, default=8)
-    p.add_argument("--wm-steps", type=int, default=1)
+    p.add_argument("--replay-ratio", type=float, default=1.0, help="DTC world model: replayed per env step")
     p.add_argument("--replay-capacity", type=int, default=1024)
-    p.add_argument("--plot", default="deepsea.png")
+    p.add_argument("--ensemble-size", type=int, default=5)
+    p.add_argument("--wm-dim", type=int, default=64, help="RSSM deter and hidden width")
+    p.add_argument("--quick", action="store_true", help="defaults for a smoke run: 2 sizes (6, 8), 3 seeds, 300 "
+                   "episodes, small models (explicit flags still win)")
+    p.add_argument("--out", default="deepsea", help="writes OUT.json, OUT.md (table) and OUT.png")
+    if "--quick" in sys.argv[1:]:  # quick defaults; flags given explicitly still win
+        p.set_defaults(sizes=[6, 8], seeds=3, episodes=300, ppo_ent_coefs=[0.01, 0.1], num_envs=8, num_steps=16,
+                       ensemble_size=2, wm_dim=16, replay_capacity=64, hidden_dim=32)
     args = p.parse_args()
+    if min(args.sizes) < 2 or args.seeds < 1 or args.episodes < 1:
+        p.error("sizes must be >= 2, seeds and episodes >= 1")
 
     results = []
-    print(f"{'size':>4} {'agent':>5} {'reached':>8} {'first reach (env steps, per seed)':<44} {'run s':>7} {'compile s':>9} {'int share':>9}")
-    for size in args.sizes:
+
+    def report(r):
+        results.append(r)
+        print(row(r) + ("" if r.get("analytic") else
+                        f"  [{r['compile_s']:.0f}s compile, {r['run_s']:.0f}s run, {r['distinct_maps']} maps]"),
+              flush=True)
+
+    print(HEADER)
+    ppo_ent = args.ppo_ent_coefs[0]
+    if "ppo" in args.agents and len(args.ppo_ent_coefs) > 1:  # tune on the smallest size: most seeds solved, then
+        tuning = [run(min(args.sizes), "ppo", e, args) for e in args.ppo_ent_coefs]  # fewest episodes
+        for r in tuning:
+            report(r)
+        key = lambda r: (-sum(s["solved_episode"] is not None for s in r["seeds"]),
+                         np.median([s["solved_episode"] or 10 ** 9 for s in r["seeds"]]))
+        ppo_ent = min(tuning, key=key)["ent_coef"]
+        print(f"ppo: entropy coefficient {ppo_ent} chosen on size {min(args.sizes)}", flush=True)
+    for size in sorted(args.sizes):
         for agent in args.agents:
-            r = run(size, agent, args)
-            results.append(r)
-            firsts = " ".join(f"{f:>7}" if f >= 0 else "      -" for f in r["first"])
-            print(f"{size:>4} {agent:>5} {r['reached'].sum():>3}/{len(r['reached']):<4} {firsts:<44} "
-                  f"{r['seconds']:>7.1f} {r['compile']:>9.1f} {r['share']:>9.3f}", flush=True)
-    print(f"budget: {results[0]['steps']:,} env steps per seed; first reach = env steps at the end of the update "
-          "in which the treasure was first found; '-' = never")
-    plot(results, args.plot)
-    print(f"plot: {args.plot}")
+            if agent == "random":
+                report(random_agent(size, args.episodes, args.seeds))
+            elif agent == "ppo":
+                if not (size == min(args.sizes) and len(args.ppo_ent_coefs) > 1):
+                    report(run(size, "ppo", ppo_ent, args))
+            else:
+                report(run(size, agent, args.ent_coef, args))
+    with open(args.out + ".json", "w") as f:
+        json.dump({"args": vars(args), "results": results}, f, indent=1, default=float)
+    with open(args.out + ".md", "w") as f:
+        f.write(HEADER + "\n" + "\n".join(row(r) for r in results) + "\n")
+    plot([r for r in results if not r.get("analytic") and (r["agent"] != "ppo" or r["ent_coef"] == ppo_ent)],
+         args.out + ".png")
+    print(f"wrote {args.out}.json, {args.out}.md, {args.out}.png")
 
 
 if __name__ == "__main__":

@@ -4,14 +4,16 @@ Per update, given the raw clean novelty x_t of every transition of the fresh rol
 
     m2      <- running mean of x^2 over every transition seen (count-weighted; this batch included)
     n_t      = x_t / sqrt(m2 + eps)                         per transition, >= 0 (no mean subtraction)
-    nbar     = mean_t n_t                                   global, this update
-    C_fast  <- C_fast + fast_rate * (nbar - C_fast)         EMA(novelty, 0.1); both EMAs start at the
-    C_slow  <- C_slow + slow_rate * (nbar - C_slow)         first update's nbar
-    c        = relu(C_slow - C_fast)                        global: novelty is falling, i.e. learning
+    xbar     = mean_t x_t                                   global, this update, RAW novelty
+    C_fast  <- C_fast + fast_rate * (xbar - C_fast)         EMA(raw novelty, 0.1); both EMAs start at the
+    C_slow  <- C_slow + slow_rate * (xbar - C_slow)         first update's xbar
+    c        = relu(C_slow - C_fast) / C_slow               global: the relative fall of novelty, i.e. learning
     boredom <- clip(boredom + rise * [c < threshold] - decay * [c >= threshold], 0, 1)
     r_int_t  = coef * (n_t + competence_coef * c * n_t)     per transition
 
-The competence c is one number per update; added to every reward as is, it would be a constant shift
+The EMAs run on raw novelty and competence is their relative gap, so it is scale-free and does not drift with
+the normaliser (an earlier version ran them on n_t, whose divisor grows and shrinks with m2: a falling c could
+mean "the normaliser moved" rather than "the model learned"). The competence c is one number per update; added to every reward as is, it would be a constant shift
 (almost entirely absorbed by the critic's baseline, so the advantages barely move). It therefore acts as a
 per-update *gain* on the per-transition novelty: while the ensemble is still getting better (novelty falling),
 novel transitions pay more. Boredom is global and does not enter the reward; it sets the dream horizon of
@@ -56,12 +58,12 @@ def ema(prev, x, rate, started):
     return jnp.where(started, prev + rate * (x - prev), x)
 
 
-def competence_step(state: IntrinsicState, nbar, fast_rate, slow_rate, threshold, rise, decay):
-    """Update both EMAs with this update's mean novelty, then competence and boredom."""
+def competence_step(state: IntrinsicState, xbar, fast_rate, slow_rate, threshold, rise, decay):
+    """Update both EMAs with this update's mean raw novelty, then competence (their relative gap) and boredom."""
     started = state.updates > 0
-    c_fast = ema(state.c_fast, nbar, fast_rate, started)
-    c_slow = ema(state.c_slow, nbar, slow_rate, started)
-    competence = jnp.maximum(c_slow - c_fast, 0.0)
+    c_fast = ema(state.c_fast, xbar, fast_rate, started)
+    c_slow = ema(state.c_slow, xbar, slow_rate, started)
+    competence = jnp.maximum(c_slow - c_fast, 0.0) / jnp.maximum(c_slow, EPS)
     learning = competence >= threshold
     boredom = jnp.clip(state.boredom + jnp.where(learning, -decay, rise), 0.0, 1.0)
     state = state.replace(c_fast=c_fast, c_slow=c_slow, boredom=boredom, updates=state.updates + 1.0)

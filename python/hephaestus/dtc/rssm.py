@@ -226,8 +226,9 @@ def imagine(model: RSSM, params, h, z, actions, key):
 
 
 def member_loss(model: RSSM, params, seq, key, free_bits=1.0, kl_dyn=0.5, kl_rep=0.1):
-    """World-model loss of one member on sequences [L, B]: Gaussian NLL of symlog(obs) (learned variance),
-    KL balancing with free bits, symlog-MSE reward and Bernoulli continuation of each transition."""
+    """World-model loss of one member on sequences [L, B]: Gaussian NLL of symlog(obs) (learned variance), the
+    same NLL of the prior's one-step prediction of symlog(next_obs) where `seq` has it, KL balancing with free
+    bits, symlog-MSE reward and Bernoulli continuation of each transition."""
     key_obs, key_prior = jax.random.split(key)
     first = seq["first"]
     h0 = jnp.zeros((first.shape[1], model.sizes.deter), jnp.float32)
@@ -242,12 +243,22 @@ def member_loss(model: RSSM, params, seq, key, free_bits=1.0, kl_dyn=0.5, kl_rep
     rep = jnp.mean(jnp.maximum(categorical_kl(out["post"], sg(out["prior"])), free_bits))
     kl = jnp.mean(categorical_kl(out["post"], out["prior"]))
     z_next = sample_latent(key_prior, out["prior_next"])
+    # One-step prediction of the next observation from the prior after the action: exactly what novelty scores
+    # (predict_next). Trained on the true next observation, the pre-reset one where the episode ended, so the
+    # novelty of an episode's last transition falls with visits like every other transition's.
+    if "next_obs" in seq:
+        pred_mean, pred_logvar = model.apply(params, out["h_next"], z_next, method=RSSM.decode)
+        pred_nll = 0.5 * (pred_logvar + (symlog(seq["next_obs"]) - pred_mean) ** 2 * jnp.exp(-pred_logvar)
+                          + jnp.log(2 * jnp.pi))
+        pred = jnp.mean(jnp.sum(pred_nll, -1))
+    else:
+        pred = jnp.float32(0.0)
     reward, cont_logit = model.apply(params, out["h_next"], z_next, method=RSSM.heads)
     reward_loss = jnp.mean((reward - symlog(seq["reward"])) ** 2)
     cont = 1.0 - seq["terminated"].astype(jnp.float32)
     cont_loss = jnp.mean(optax_sigmoid_bce(cont_logit, cont))
-    total = recon + kl_dyn * dyn + kl_rep * rep + reward_loss + cont_loss
-    return total, {"wm/loss": total, "wm/recon_nll": recon, "wm/recon_mse": mse, "wm/kl": kl,
+    total = recon + pred + kl_dyn * dyn + kl_rep * rep + reward_loss + cont_loss
+    return total, {"wm/loss": total, "wm/recon_nll": recon, "wm/pred_nll": pred, "wm/recon_mse": mse, "wm/kl": kl,
                    "wm/reward_loss": reward_loss, "wm/cont_loss": cont_loss}
 
 

@@ -3,9 +3,10 @@
     rollout -> world_model -> intrinsic_reward -> advantage -> ppo_update
 
 * `world_model` owns the ensemble (stacked params + optimizer state), the replay ring buffer and the
-  per-env filter state. Each update it writes the fresh rollout into replay, takes `dtc_wm_steps` gradient
-  steps on replayed sequences, then filters the fresh rollout with the updated ensemble and writes each
-  transition's raw clean novelty into the batch as `dtc_novelty` [T, N] (float32).
+  per-env filter state. Each update it filters the fresh rollout with the ensemble as it stands (score before
+  learning) and writes each transition's raw clean novelty into the batch as `dtc_novelty` [T, N] (float32),
+  then writes the rollout (with each transition's true next observation, `next_obs`) into replay and takes
+  `dtc_wm_steps` gradient steps (from `dtc_replay_ratio`) on replayed sequences, each member on its own draws.
 * `intrinsic_reward` owns only float32 running statistics (novelty second moment, C_fast, C_slow,
   boredom). It reads `dtc_novelty` from the batch, normalises it, updates competence and boredom, and adds
   `dtc_intrinsic_coef * (novelty + competence term)` to `reward` (keeping the extrinsic reward as
@@ -65,10 +66,12 @@ def make_world_model(config, spec):
     action_shape = () if spec.discrete else (spec.action_dim,)
     action_dtype = jnp.int32 if spec.discrete else jnp.float32
     example = {"obs": jax.ShapeDtypeStruct((seq_len, spec.obs_dim), jnp.float32),
+               "next_obs": jax.ShapeDtypeStruct((seq_len, spec.obs_dim), jnp.float32),
                "action": jax.ShapeDtypeStruct((seq_len,) + action_shape, action_dtype),
                "reward": jax.ShapeDtypeStruct((seq_len,), jnp.float32),
                "terminated": jax.ShapeDtypeStruct((seq_len,), jnp.bool_),
                "done": jax.ShapeDtypeStruct((seq_len,), jnp.bool_)}
+    wm_steps = config.dtc_wm_steps
 
     def init(key):
         params = rssm.init_ensemble(model, key, k)
@@ -85,36 +88,44 @@ def make_world_model(config, spec):
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, stats
 
+    def sample(key, replay):
+        seq = rp.replay_sample(key, replay, config.dtc_wm_batch, config.dtc_frontier_fraction,
+                               config.dtc_frontier_window)
+        # every replayed sequence starts from a zero state; episode starts inside it reset the state
+        seq["first"] = jnp.concatenate([jnp.ones_like(seq["done"][:1]), seq["done"][:-1]], 0)
+        return seq
+
     def train(key, state: WorldModelState, batch):
         done = jnp.logical_or(batch["terminated"], batch["truncated"])
-        fresh = {"obs": batch["obs"], "action": batch["action"], "reward": batch["reward"],
-                 "terminated": batch["terminated"], "done": done}
-        replay = rp.replay_add(state.replay, rp.to_sequences(fresh, seq_len))
         key_train, key_nov = jax.random.split(key)
+        # Score before learning (as RND does): each fresh transition's novelty comes from the ensemble as it was
+        # before it trained on that transition, so a state's first visit pays more than its tenth.
+        first = jnp.concatenate([state.first[None], done[:-1]], 0)
+        novelty, h_last, parts = ensemble_novelty(model, state.params, batch["obs"], batch["action"], first,
+                                                  state.h, key_nov)
+        fresh = {"obs": batch["obs"], "next_obs": batch["next_obs"], "action": batch["action"],
+                 "reward": batch["reward"], "terminated": batch["terminated"], "done": done}
+        replay = rp.replay_add(state.replay, rp.to_sequences(fresh, seq_len))
 
         def grad_step(carry, step_key):
             params, opt_state = carry
             key_sample, key_members = jax.random.split(step_key)
-            seq = rp.replay_sample(key_sample, replay, config.dtc_wm_batch, config.dtc_frontier_fraction,
-                                   config.dtc_frontier_window)
-            # every replayed sequence starts from a zero state; episode starts inside it reset the state
-            seq["first"] = jnp.concatenate([jnp.ones_like(seq["done"][:1]), seq["done"][:-1]], 0)
-            params, opt_state, stats = jax.vmap(member_update, in_axes=(0, 0, None, 0))(
-                params, opt_state, seq, jax.random.split(key_members, k))
+            member_keys = jax.random.split(key_members, k)
+            if config.dtc_bootstrap:  # each member its own draws: members see different data (bootstrap)
+                seqs = jax.vmap(sample, in_axes=(0, None))(jax.random.split(key_sample, k), replay)
+                params, opt_state, stats = jax.vmap(member_update)(params, opt_state, seqs, member_keys)
+            else:
+                params, opt_state, stats = jax.vmap(member_update, in_axes=(0, 0, None, 0))(
+                    params, opt_state, sample(key_sample, replay), member_keys)
             return (params, opt_state), jax.tree.map(jnp.mean, stats)
 
         (params, opt_state), stats = jax.lax.scan(grad_step, (state.params, state.opt_state),
-                                                  jax.random.split(key_train, max(config.dtc_wm_steps, 1)))
-        if config.dtc_wm_steps == 0:  # novelty only (frozen model), e.g. for measuring
+                                                  jax.random.split(key_train, max(wm_steps, 1)))
+        if wm_steps == 0:  # novelty only (frozen model), e.g. for measuring
             params, opt_state = state.params, state.opt_state
         metrics = jax.tree.map(jnp.mean, stats)
-
-        # Filter the fresh rollout with the updated ensemble, carrying each env's state across rollouts.
-        first = jnp.concatenate([state.first[None], done[:-1]], 0)
-        novelty, h_last, parts = ensemble_novelty(model, params, batch["obs"], batch["action"], first, state.h,
-                                                  key_nov)
         metrics.update({**parts, "wm/replay_count": replay.count.astype(jnp.float32),
-                        "dtc/novelty_raw": jnp.mean(novelty)})
+                        "wm/steps": jnp.float32(wm_steps), "dtc/novelty_raw": jnp.mean(novelty)})
         state = WorldModelState(params=params, opt_state=opt_state, replay=replay, h=h_last, first=done[-1])
         return state, novelty, metrics
 
@@ -144,7 +155,7 @@ def world_model_stage(ctx: StageContext) -> Stage:
         state, novelty, metrics = train(key, state, batch)
         return train_state, {**batch, "dtc_novelty": novelty}, state, metrics
 
-    return Stage(name="world_model", apply=apply, init=init, after="rollout")
+    return Stage(name="world_model", apply=apply, init=init, after="rollout", reads=("next_obs",))
 
 
 @register_stage("intrinsic_reward")
@@ -158,7 +169,7 @@ def intrinsic_reward_stage(ctx: StageContext) -> Stage:
     def apply(key, train_state, batch, state: intr.IntrinsicState):
         state, n = intr.normalise(state, batch["dtc_novelty"])
         state, competence = intr.competence_step(
-            state, jnp.mean(n), config.dtc_fast_rate, config.dtc_slow_rate, config.dtc_boredom_threshold,
+            state, jnp.mean(batch["dtc_novelty"]), config.dtc_fast_rate, config.dtc_slow_rate, config.dtc_boredom_threshold,
             config.dtc_boredom_rise, config.dtc_boredom_decay)
         bonus = config.dtc_intrinsic_coef * (n + config.dtc_competence_coef * competence * n)
         extrinsic = batch["reward"]
@@ -169,7 +180,7 @@ def intrinsic_reward_stage(ctx: StageContext) -> Stage:
                                                            config.dtc_max_horizon),
                    "dtc/intrinsic_reward": jnp.mean(bonus),
                    "dtc/intrinsic_share": abs_int / jnp.maximum(abs_int + abs_ext, 1e-8)}
-        batch = {**batch, "reward": extrinsic + bonus, "dtc_intrinsic_reward": bonus,
+        batch = {**batch, "reward": extrinsic + bonus, "intrinsic_reward": bonus, "dtc_intrinsic_reward": bonus,
                  "dtc_extrinsic_reward": extrinsic}
         return train_state, batch, state, metrics
 

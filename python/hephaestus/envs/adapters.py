@@ -82,6 +82,9 @@ class AdaptedEnv:
     step: Callable[[jax.Array, Any, jax.Array], tuple[Any, EnvStep]]
     raw_env: Any = None  # the underlying environment, for renderers and tools
     raw_params: Any = None
+    # Optional: called once per run on the freshly reset, batched env states with a key drawn from the run's
+    # key; sets what every env of one run shares and keeps (DeepSea: the action map). None: nothing shared.
+    init_instance: Callable[[jax.Array, Any], Any] | None = None
 
 
 def split_observation(obs: Any) -> tuple[jax.Array, jax.Array | None]:
@@ -258,3 +261,28 @@ def adapt_jumanji(env, name: str) -> AdaptedEnv:
                                   _info_extras(timestep.extras or {}, spec))
 
     return AdaptedEnv(spec=spec, reset=reset, step=step, raw_env=env)
+
+
+def adapt_deepsea(size: int, stochastic: bool = False, name: str | None = None) -> AdaptedEnv:
+    """bsuite's DeepSea (gymnax 1.x) with one random action map per run, as bsuite's `mapping_seed` gives each
+    environment instance its own. gymnax draws its map once from a fixed key (so `randomize_actions=True` alone
+    gives every seed the same map); here `init_instance` draws the map from the run's key, every env of the run
+    gets that same map (the observation does not say which map applies, so envs of one run must share it),
+    and the step keeps it across auto-resets. `stochastic`: bsuite's noisy variant (random transitions and
+    N(0, 1) reward noise)."""
+    from gymnax.environments.bsuite.deep_sea import DeepSea
+
+    env = DeepSea(size=size)
+    params = env.default_params.replace(randomize_actions=True, sample_action_map=False,
+                                        deterministic=not stochastic)
+    base = adapt_gymnax(env, params, name or f"deepsea:{size}")
+
+    def step(key, state, action):
+        new_state, out = base.step(key, state, action)
+        return new_state.replace(action_mapping=state.action_mapping), out
+
+    def init_instance(key, states):
+        mapping = jax.random.bernoulli(key, 0.5, (size, size)).astype(jnp.int32)
+        return states.replace(action_mapping=jnp.broadcast_to(mapping, states.action_mapping.shape))
+
+    return dataclasses.replace(base, step=step, init_instance=init_instance)

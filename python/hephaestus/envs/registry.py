@@ -1,4 +1,5 @@
-"""Environments by name: `gymnax:<id>`, `jumanji:<id>`, `craftax:<id>`, `hackmatrix`.
+"""Environments by name: `gymnax:<id>`, `jumanji:<id>`, `craftax:<id>`, `hackmatrix`, `deepsea:<size>` (bsuite's
+DeepSea, one random action map per run) and `deepsea-stochastic:<size>` (its noisy variant).
 
 Adding an environment family means adding one branch here and, if its API differs, one adapter.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 
-from hephaestus.envs.adapters import AdaptedEnv, adapt_gymnax, adapt_jumanji
+from hephaestus.envs.adapters import AdaptedEnv, adapt_deepsea, adapt_gymnax, adapt_jumanji
 
 
 class UnknownEnvError(ValueError):
@@ -29,6 +30,10 @@ def make_env(name: str, **param_overrides) -> AdaptedEnv:
         env = HackMatrix()
         params = env.default_params.replace(**param_overrides) if param_overrides else env.default_params
         return adapt_gymnax(env, params, "hackmatrix")
+    if family in ("deepsea", "deepsea-stochastic"):
+        if not env_id.isdigit() or int(env_id) < 2:
+            raise UnknownEnvError(f"{family} needs a size >= 2, e.g. {family}:10 (got {name!r})")
+        return adapt_deepsea(int(env_id), stochastic=family == "deepsea-stochastic", name=name)
     if family == "gymnax":
         import gymnax
 
@@ -54,4 +59,4 @@ def make_env(name: str, **param_overrides) -> AdaptedEnv:
         return adapt_gymnax(env, env.default_params, name, five_tuple=True)
     raise UnknownEnvError(
         f"unknown env {name!r}: use hackmatrix, gymnax:<id> (e.g. gymnax:CartPole-v1), "
-        f"jumanji:<id> (e.g. jumanji:Snake-v1) or craftax:<id>")
+        f"jumanji:<id> (e.g. jumanji:Snake-v1), craftax:<id> or deepsea:<size>")

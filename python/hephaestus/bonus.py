@@ -1,0 +1,150 @@
+"""Baseline exploration bonuses as pipeline stages, both after `rollout` and both scored on the observation each
+transition led to (`next_obs`, the pre-reset one where an episode ended):
+
+* `rnd` (--agent rnd): Random Network Distillation (Burda et al. 2018). A fixed, randomly initialised target
+  network embeds the normalised next observation; a predictor learns to match it. A transition's novelty is the
+  predictor's squared error *before* it trains on this batch; it is divided by a running RMS of the error (the
+  same normaliser as DTC's, dtc/intrinsic.py) and added to `reward` times `rnd_coef`. The predictor then takes
+  `rnd_steps` full-batch Adam steps on the batch.
+* `count_bonus` (--agent count): a tabular count of visits per observation (hashed into `count_table_size`
+  buckets): reward += `count_coef` / sqrt(n(next_obs)), n counting this batch. The oracle on small discrete envs
+  such as DeepSea, meaningless on continuous observations.
+
+Batch keys written ([T, N] float32): `rnd_novelty` (raw error), `count_visits` (n after this batch), and
+`intrinsic_reward` (the bonus added to `reward`; DTC's stage writes it too).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from hephaestus.dtc import intrinsic as intr
+from hephaestus.stages import Stage, StageContext, register_stage
+
+
+class _RNDNet(nn.Module):
+    hidden: int
+    out: int
+
+    @nn.compact
+    def __call__(self, x):
+        for _ in range(2):
+            x = nn.relu(nn.Dense(self.hidden)(x))
+        return nn.Dense(self.out)(x)
+
+
+@struct.dataclass
+class RNDState:
+    target: dict
+    predictor: dict
+    opt_state: object
+    obs_count: jax.Array  # float32[] observations folded into the running mean/var
+    obs_mean: jax.Array  # float32[obs_dim]
+    obs_var: jax.Array  # float32[obs_dim]
+    norm: intr.IntrinsicState  # running second moment of the error
+
+
+def _fold(count, mean, var, x):
+    """Count-weighted running mean/variance of rows of x [M, D] (parallel-variance formula)."""
+    m = jnp.float32(x.shape[0])
+    b_mean, b_var = jnp.mean(x, 0), jnp.var(x, 0)
+    total = count + m
+    delta = b_mean - mean
+    mean = mean + delta * m / total
+    var = (var * count + b_var * m + delta ** 2 * count * m / total) / total
+    return total, mean, var
+
+
+def make_rnd(config, spec):
+    """(init(key) -> RNDState, apply(state, next_obs [T, N, D]) -> (state, novelty [T, N], metrics))."""
+    target_net = _RNDNet(config.rnd_hidden_dim, config.rnd_embed_dim)
+    predictor_net = _RNDNet(config.rnd_hidden_dim, config.rnd_embed_dim)
+    tx = optax.adam(config.rnd_lr)
+    dim = spec.obs_dim
+
+    def init(key):
+        k_t, k_p = jax.random.split(key)
+        x = jnp.zeros((1, dim), jnp.float32)
+        target, predictor = target_net.init(k_t, x), predictor_net.init(k_p, x)
+        return RNDState(target=target, predictor=predictor, opt_state=tx.init(predictor), obs_count=jnp.float32(0),
+                        obs_mean=jnp.zeros((dim,), jnp.float32), obs_var=jnp.ones((dim,), jnp.float32),
+                        norm=intr.intrinsic_init())
+
+    def error(predictor, target, x):
+        return jnp.mean((predictor_net.apply(predictor, x) - target_net.apply(target, x)) ** 2, -1)
+
+    def apply(state: RNDState, next_obs):
+        flat = next_obs.reshape((-1, dim)).astype(jnp.float32)
+        count, mean, var = _fold(state.obs_count, state.obs_mean, state.obs_var, flat)
+        x = jnp.clip((flat - mean) / jnp.sqrt(var + 1e-8), -5.0, 5.0)
+        novelty = error(state.predictor, state.target, x)  # score before learning
+
+        def step(carry, _):
+            predictor, opt_state = carry
+            loss, grads = jax.value_and_grad(lambda p: jnp.mean(error(p, state.target, x)))(predictor)
+            updates, opt_state = tx.update(grads, opt_state, predictor)
+            return (optax.apply_updates(predictor, updates), opt_state), loss
+
+        (predictor, opt_state), losses = jax.lax.scan(step, (state.predictor, state.opt_state), None,
+                                                      length=config.rnd_steps)
+        norm, _ = intr.normalise(state.norm, novelty)
+        state = RNDState(target=state.target, predictor=predictor, opt_state=opt_state, obs_count=count,
+                         obs_mean=mean, obs_var=var, norm=norm)
+        return state, novelty.reshape(next_obs.shape[:2]), {"rnd/loss": losses[-1], "rnd/novelty_raw": jnp.mean(novelty)}
+
+    return init, apply
+
+
+def _add_bonus(batch, bonus, prefix):
+    extrinsic = batch["reward"]
+    abs_int, abs_ext = jnp.sum(jnp.abs(bonus)), jnp.sum(jnp.abs(extrinsic))
+    metrics = {f"{prefix}/intrinsic_reward": jnp.mean(bonus),
+               f"{prefix}/intrinsic_share": abs_int / jnp.maximum(abs_int + abs_ext, 1e-8)}
+    return {**batch, "reward": extrinsic + bonus, "intrinsic_reward": bonus}, metrics
+
+
+@register_stage("rnd")
+def rnd_stage(ctx: StageContext) -> Stage:
+    config = ctx.config
+    init, update = make_rnd(config, ctx.env_spec)
+
+    def apply(key, train_state, batch, state):
+        state, novelty, metrics = update(state, batch["next_obs"])
+        n = novelty / jnp.sqrt(state.norm.m2 + intr.EPS)
+        batch, bonus_metrics = _add_bonus({**batch, "rnd_novelty": novelty}, config.rnd_coef * n, "rnd")
+        return train_state, batch, state, {**metrics, **bonus_metrics}
+
+    return Stage(name="rnd", apply=apply, init=init, after="rollout", reads=("next_obs",))
+
+
+def observation_hash(obs, table_size: int, key=jax.random.PRNGKey(20)):
+    """Bucket of each observation [..., D] -> int32[...]: obs rounded to 1e-3, dotted with fixed random 32-bit
+    multipliers (wrapping uint32 arithmetic), mixed, modulo table_size."""
+    dim = obs.shape[-1]
+    weights = jax.random.bits(key, (dim,), jnp.uint32) | jnp.uint32(1)
+    q = jnp.round(obs.astype(jnp.float32) * 1000.0).astype(jnp.int32).astype(jnp.uint32)
+    h = jnp.sum(q * weights, axis=-1, dtype=jnp.uint32)
+    h = (h ^ (h >> 16)) * jnp.uint32(0x45D9F3B)
+    h = h ^ (h >> 16)
+    return (h % jnp.uint32(table_size)).astype(jnp.int32)
+
+
+@register_stage("count_bonus")
+def count_bonus_stage(ctx: StageContext) -> Stage:
+    config = ctx.config
+    size = config.count_table_size
+
+    def apply(key, train_state, batch, counts):
+        bucket = observation_hash(batch["next_obs"], size)
+        counts = counts.at[bucket.reshape(-1)].add(1)
+        visits = counts[bucket].astype(jnp.float32)
+        batch, metrics = _add_bonus({**batch, "count_visits": visits}, config.count_coef / jnp.sqrt(visits), "count")
+        metrics["count/buckets_used"] = jnp.sum(counts > 0).astype(jnp.float32)
+        return train_state, batch, counts, metrics
+
+    return Stage(name="count_bonus", apply=apply, init=lambda key: jnp.zeros((size,), jnp.int32), after="rollout",
+                 reads=("next_obs",))

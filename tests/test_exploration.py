@@ -1,0 +1,108 @@
+"""Issue 20: DeepSea with one action map per run, the baseline bonus stages (rnd, count_bonus), --agent, and the
+bsuite-protocol DeepSea experiment run end to end at tiny size."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hephaestus.bonus import make_rnd, observation_hash
+from hephaestus.config import AGENTS, DTC_STAGES, TrainConfig, agent_config
+from hephaestus.envs.registry import UnknownEnvError, make_env
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_deepsea_each_run_gets_its_own_action_map_shared_by_its_envs_and_kept_across_resets():
+    env = make_env("deepsea:8")
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    states, _ = jax.vmap(env.reset)(keys)
+    run_a = env.init_instance(jax.random.PRNGKey(1), states)
+    run_b = env.init_instance(jax.random.PRNGKey(2), states)
+    maps_a, maps_b = np.asarray(run_a.action_mapping), np.asarray(run_b.action_mapping)
+    assert (maps_a != maps_b).any()  # two seeds, two maps (gymnax alone gives every seed its key-0 map)
+    assert all((m == maps_a[0]).all() for m in maps_a)  # one map per run
+    assert set(np.unique(maps_a)) == {0, 1}
+    # walk every env to the bottom (8 steps): the episode ends, the env auto-resets, the map stays
+    state = run_a
+    for i in range(8):
+        state, step = jax.vmap(env.step)(jax.random.split(jax.random.PRNGKey(10 + i), 4), state, jnp.zeros(4, jnp.int32))
+    assert bool(step.terminated.all()) and int(state.row.max()) == 0
+    assert (np.asarray(state.action_mapping) == maps_a).all()
+    with pytest.raises(UnknownEnvError, match="size"):
+        make_env("deepsea:x")
+
+
+def test_training_seeds_get_different_maps():
+    from hephaestus.ppo import make_train
+
+    config = TrainConfig(env="deepsea:6", num_envs=2, num_steps=6, total_timesteps=12, hidden_dim=8)
+    trainer = make_train(config, make_env(config.env))
+    maps = [np.asarray(trainer.init_runner_state(s).stages["rollout"].env_state.action_mapping) for s in (0, 1)]
+    assert (maps[0] != maps[1]).any() and (maps[0][0] == maps[0][1]).all()
+
+
+def test_agents_select_their_stages():
+    base = TrainConfig(env="deepsea:6", extra_stages=("reward_bonus",))
+    assert agent_config(base, "ppo").extra_stages == ("reward_bonus",)
+    assert agent_config(base, "dtc").extra_stages == DTC_STAGES + ("reward_bonus",)
+    disagreement = agent_config(base, "disagreement")
+    assert disagreement.extra_stages[:2] == DTC_STAGES and disagreement.dtc_competence_coef == 0.0
+    assert agent_config(base, "rnd").extra_stages[0] == "rnd"
+    assert agent_config(base, "count").extra_stages[0] == "count_bonus"
+    assert set(AGENTS) == {"ppo", "dtc", "disagreement", "rnd", "count"}
+
+
+def test_count_hash_separates_deepsea_cells():
+    cells = jnp.eye(30 * 30)
+    buckets = np.asarray(observation_hash(cells, 1 << 20))  # the default table
+    assert len(set(buckets.tolist())) >= 0.99 * 900  # almost no collisions among 900 one-hot observations
+    assert int(observation_hash(cells[3], 1 << 20)) == buckets[3]  # the same observation, the same bucket
+
+
+def test_rnd_scores_before_learning_and_its_error_falls_with_visits():
+    from hephaestus.envs.adapters import EnvSpec
+
+    config = TrainConfig(rnd_hidden_dim=16, rnd_embed_dim=8, rnd_steps=4, rnd_lr=3e-3)
+    init, update = make_rnd(config, EnvSpec(name="toy", obs_dim=6, discrete=True, action_dim=2))
+    update = jax.jit(update)
+    seen = jnp.tile(jnp.eye(6)[:3][None], (4, 1, 1))  # [T=4, N=3, 6]: three states, visited again and again
+    state = init(jax.random.PRNGKey(0))
+    first = None
+    for _ in range(30):
+        state, novelty, metrics = update(state, seen)
+        first = novelty if first is None else first
+    assert np.all(np.asarray(novelty) < 0.5 * np.asarray(first))
+    _, unseen_novelty, _ = update(state, jnp.tile(jnp.eye(6)[3:][None], (4, 1, 1)))
+    assert float(unseen_novelty.mean()) > 2 * float(novelty.mean())  # a new state is scored before it is learned
+
+
+def test_deepsea_experiment_quick_runs_end_to_end(tmp_path):
+    out = tmp_path / "ds"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "experiments", "deepsea.py"), "--quick",
+                           "--sizes", "5", "--episodes", "60", "--agents", "random", "ppo", "count", "disagreement",
+                           "--ppo-ent-coefs", "0.01", "0.1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads((tmp_path / "ds.json").read_text())["results"]
+    agents = [r["agent"] for r in results]
+    assert agents.count("ppo") == 2 and {"random", "count", "disagreement"} <= set(agents)  # tuned over 2 ent coefs
+    for r in results:
+        assert len(r["seeds"]) == 3
+        if r.get("analytic"):
+            assert r["expected_first"] == 32.0
+            continue
+        assert r["distinct_maps"] >= 2  # per-seed maps (3 seeds; two could coincide with 2^-25 chance)
+        assert r["episodes"] >= 60
+        for s in r["seeds"]:
+            assert 0.0 < s["coverage"] <= 1.0
+            assert s["solved_episode"] is None or s["solved_episode"] <= r["episodes"]
+            assert s["scored"] == (s["solved_episode"] is not None and s["solved_episode"] < 2 ** 5 + 100)
+    count = next(r for r in results if r["agent"] == "count")
+    assert any(np.isfinite(s["corr"]) for s in count["seeds"])
+    assert (tmp_path / "ds.png").stat().st_size > 0 and "| 5 | count |" in (tmp_path / "ds.md").read_text()
