@@ -9,6 +9,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
+from hephaestus import xla_flags  # noqa: E402 (no jax import)
+
+xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
+
 from hephaestus.plotting import main  # noqa: E402
 
 if __name__ == "__main__":

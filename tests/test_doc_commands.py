@@ -17,6 +17,7 @@ Rewritten so that they are fast (the command is otherwise run as written):
                                  --total-timesteps in the docs is overridden; a --resume gets a budget one
                                  update larger, so it trains.
   * watch_agent.py               one short episode (`--episodes 1 --max-steps 20`).
+  * evaluate.py                  two episodes of at most 20 steps (`--episodes 2 --batch-size 2 --max-steps 20`).
   * scripts/experiments/*.py     run with `--quick` (their documented quick mode) if `--help` offers it, else
                                  only `--help` (a full experiment takes hours).
   * `RUN` (a placeholder)        the name of a run this test trains first (TINY_TRAIN); `--latest` finds it too.
@@ -41,6 +42,7 @@ TINY_TRAIN = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64",
               "--save-interval", "1", "--no-wandb"]
 RESUME_TIMESTEPS = "96"  # one update more than TINY_TRAIN's 2 updates of 2 x 16 steps (16: --dtc-seq-len divides it)
 TINY_WATCH = ["--episodes", "1", "--max-steps", "20"]
+TINY_EVALUATE = ["--episodes", "2", "--batch-size", "2", "--max-steps", "20"]  # last flag wins
 
 SKIP_RULES = [  # (pattern on the command, reason)
     (re.compile(r"^pip install\b"), "installs packages over the network"),
@@ -119,6 +121,8 @@ def rewrite(command: str, cwd: Path, run_name: str):
             argv += ["--total-timesteps", RESUME_TIMESTEPS]
     elif script.endswith("watch_agent.py"):
         argv += TINY_WATCH
+    elif script.endswith("evaluate.py"):
+        argv += TINY_EVALUATE
     elif script.startswith("scripts/experiments/"):
         if "--quick" not in _help(argv[0]):
             return [argv[0], "--help"]

@@ -456,6 +456,11 @@ def test_wandb_with_a_refused_key_logs_offline_with_one_line(tmp_path, monkeypat
     assert len(notes) == 1 and "HTTP 401" in notes[0] and "logging offline" in notes[0]
 
 
+def _default_sighup():
+    import signal
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def test_sighup_stops_and_saves_like_sigterm():
     code = (
         "import os, signal, time\n"
@@ -464,8 +469,9 @@ def test_sighup_stops_and_saves_like_sigterm():
         "os.kill(os.getpid(), signal.SIGHUP)\n"
         "time.sleep(0.2)\n"
         "print('stop', stop.after_chunk(None, {}), stop.exit_code, flush=True)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
-                         timeout=120)
+    # As started from a terminal: SIGHUP at its default (the suite itself may run under nohup, which ignores it).
+    out = subprocess.run([sys.executable, "-c", "import signal; signal.signal(signal.SIGHUP, signal.SIG_DFL)\n" + code],
+                         capture_output=True, text=True, env=subprocess_env(), timeout=120)
     assert out.returncode == 0, out.stderr
     assert "stop True 129" in out.stdout and "SIGHUP received: saving and exiting" in out.stdout
     assert "SIGHUP: finishing the current chunk" in out.stderr
@@ -502,7 +508,8 @@ def test_sighup_after_the_terminal_is_gone_still_saves(tmp_path):
     master, slave = pty.openpty()
     proc = subprocess.Popen([sys.executable, SCRIPT, *TINY, "--total-timesteps", str(100000 * 64), "--save-interval",
                              "20", "--run-name", "h", "--checkpoint-dir", str(tmp_path)],
-                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=subprocess_env())
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=subprocess_env(),
+                            preexec_fn=_default_sighup)  # as from a terminal, even when the suite runs under nohup
     os.close(slave)
     try:
         deadline = time.time() + 240
