@@ -25,3 +25,13 @@ xla_flags.configure()  # as every entry point does, before jax starts (also for 
 from hephaestus.loop import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache(os.environ["JAX_COMPILATION_CACHE_DIR"])
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "heavy: a test that runs for a minute or more on 2 cores; scheduled first")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Heavy tests first (a stable sort: the rest keep their order). pytest-xdist hands out tests in collection
+    order, so a minute-long test collected last would leave the other worker idle at the end of the run."""
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)

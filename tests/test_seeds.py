@@ -126,6 +126,7 @@ def test_seed_index_picks_that_seeds_parameters(multi, capsys):
     assert len(err) == 1 and "--seed-index 3 is out of range" in err[0] and "0..2" in err[0]
 
 
+@pytest.mark.heavy
 def test_two_dtc_agents_train_in_one_program():
     from hephaestus.cli import build_parser, config_from_args
     from hephaestus.config import resolve
