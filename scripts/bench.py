@@ -24,12 +24,13 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, ROOT)
+sys.path.insert(0, ROOT)  # the reference implementation in benchmarks/ (not a package we install)
 
 from hephaestus import xla_flags  # noqa: E402 (no jax import)
 
 xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
+
+from hephaestus.entry_points import require_this_checkout  # noqa: E402
 
 TIMED_RUNS = 3
 
@@ -302,4 +303,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    require_this_checkout(__file__)
     sys.exit(main())
