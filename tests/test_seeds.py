@@ -5,7 +5,6 @@ must match single-seed runs of the same seeds, it must resume bit-identically, a
 """
 
 import json
-import os
 
 import jax
 import numpy as np

@@ -16,12 +16,11 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-
 from hephaestus import xla_flags  # noqa: E402 (no jax import)
 
 xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
 
+from hephaestus.entry_points import require_this_checkout  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -111,4 +110,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    require_this_checkout(__file__)
     sys.exit(main())
