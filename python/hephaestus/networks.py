@@ -202,7 +202,8 @@ def make_network(spec, config) -> ActorCritic:
 
 # ---------------------------------------------------------------------------------------------------
 # The one policy. Training (ppo.py), evaluation (evaluation.py) and replays (watch.py) all act through `act`,
-# and the PPO loss scores stored actions through `evaluate`, so there is one definition of what the agent does.
+# and the PPO loss scores stored actions through `evaluate`, so there is one definition of what the agent does;
+# `random_action` is the parameter-free baseline evaluate.py --random measures against.
 
 
 def act(network: ActorCritic, params, obs, mask, key, greedy: bool = False):
@@ -224,6 +225,15 @@ def act(network: ActorCritic, params, obs, mask, key, greedy: bool = False):
     low = jnp.asarray(network.action_low, jnp.float32)
     high = jnp.asarray(network.action_high, jnp.float32)
     return jnp.clip(action, low, high), action, gaussian_log_prob(out, log_std, action), value
+
+
+def random_action(key, mask, discrete: bool, action_low=(), action_high=()):
+    """The baseline with no parameters: a valid action uniformly at random (discrete, `mask` [..., actions]), or
+    a uniform point within the action bounds (continuous; `mask` [..., 1] gives the batch shape)."""
+    if discrete:
+        return categorical_sample(key, jnp.zeros(mask.shape, jnp.float32), mask)
+    low, high = jnp.asarray(action_low, jnp.float32), jnp.asarray(action_high, jnp.float32)
+    return jax.random.uniform(key, mask.shape[:-1] + low.shape, minval=low, maxval=high)
 
 
 def evaluate(network: ActorCritic, params, obs, mask, action):
