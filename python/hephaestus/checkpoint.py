@@ -395,9 +395,10 @@ def _one_line(err: BaseException) -> str:
 
 
 def _network_meta(trainer) -> dict:
-    from hephaestus.export import network_meta
+    """The trainer's network description (networks.NetworkSpec), as checkpoints and exports store it."""
+    from hephaestus.networks import NetworkSpec
 
-    return network_meta(trainer.env.spec, trainer.config)
+    return NetworkSpec.of(trainer.env.spec, trainer.config).to_meta()
 
 
 def read_state(path: str):

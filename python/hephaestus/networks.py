@@ -13,6 +13,10 @@ then concatenates the flat features and the cell embeddings before the usual MLP
 multiply-adds of the whole network. The encoder (688 parameters) is shared by actor and critic, so it runs once
 per observation; a shared torso would halve the rest too, but the torsos stay separate for the reason above.
 
+`NetworkSpec` is the whole description of a network (sizes, encoder and cell layout, storage and matmul dtypes,
+action bounds): training builds it from the env and the config, exports and checkpoints store it, and the watch
+and evaluate tools rebuild the network from it; `NetworkSpec.build` is the one place an ActorCritic is made.
+
 With bfloat16 observation storage the network's input is the observation rounded to bfloat16, so the policy
 acting in the rollout, the PPO update on stored observations, and a replay in watch.py all see the same
 numbers; float32 and uint8 storage (exact, obs_storage.py) leave observations as they are.
