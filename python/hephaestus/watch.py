@@ -174,8 +174,8 @@ _COMPILED_ENVS: dict = {}
 
 
 def _compiled_env(env):
-    """(reset, step_no_reset) of the adapted env, jitted once per env name and process, so several replays in
-    one process (or a greedy and a sampled one) share one compiled env step."""
+    """(reset, step_no_reset) of the adapted env, jitted once per env name and process (a name means one env),
+    so several replays in one process (or a greedy and a sampled one) share one compiled env step."""
     import jax
 
     if env.spec.name not in _COMPILED_ENVS:
@@ -273,9 +273,8 @@ class Player:
                 elif steps == max_steps:
                     done = "out of steps"
                 terms = {k: float(v) for k, v in (info.get("reward_terms") or {}).items()}
-                frame = Frame(ep + 1, steps, state, np.asarray(out.obs), describe_action(self.present.action_names,
-                                                                                           action),
-                              reward, total, terms, done)
+                name = describe_action(self.present.action_names, action)
+                frame = Frame(ep + 1, steps, state, np.asarray(out.obs), name, reward, total, terms, done)
                 if on_frame(frame):
                     stop = True
                     outcome = "stopped"
