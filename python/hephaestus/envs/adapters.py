@@ -1,7 +1,8 @@
 """The one adapter boundary: every environment family becomes the same pure, single-env interface.
 
-    reset(key)                 -> (env_state, EnvStep)
-    step(key, env_state, act)  -> (env_state, EnvStep)
+    reset(key)                          -> (env_state, EnvStep)
+    step(key, env_state, act)           -> (env_state, EnvStep)     auto-resets a finished episode
+    step_no_reset(key, env_state, act)  -> (env_state, EnvStep)     stops on the state the episode ended in
 
 `EnvStep.obs` is the flat float observation the *next* action is chosen from (already auto-reset when an
 episode ended), `final_obs` is the observation the episode ended on (equal to `obs` otherwise), so GAE can
@@ -14,7 +15,9 @@ five-tuple `step`) all pass through here and nowhere else. The pipeline vmaps th
 A gymnax-style env may offer `step_and_reset(key, state, action, params)`, with the contract and outputs of
 gymnax's `Environment.step` (auto-reset included, `info["final_observation"]`) but cheaper under vmap than a
 reset for every lane plus a select; the adapter then uses it (HackMatrix's generates levels only for the lanes
-that need one).
+that need one). Everywhere else `step` is `step_no_reset` followed by a reset where the episode ended
+(`_with_auto_reset`), so the two steps are one step. `AdaptedEnv.presentation` is how tools show the env
+(envs/presentation.py).
 """
 
 from __future__ import annotations
@@ -233,9 +236,10 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
 
     reset = _reset_from(spec, raw_reset)
 
+    scalar_action = not discrete and not getattr(space, "shape", ())  # a Box of shape (): the env wants a scalar
+
     def step_no_reset(key, state, action):
-        if not discrete and not getattr(space, "shape", ()):
-            action = action.reshape(())
+        action = action.reshape(()) if scalar_action else action
         obs_tree, next_state, reward, done, info = env.step_env(key, state, action, params)
         if five_tuple:  # craftax: `done` already merges termination and the time limit
             truncated = env.is_truncated(next_state, params) if hasattr(env, "is_truncated") else False
@@ -247,8 +251,7 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
 
     if getattr(env, "step_and_reset", None):
         def step(key, state, action):
-            if not discrete and not getattr(space, "shape", ()):
-                action = action.reshape(())
+            action = action.reshape(()) if scalar_action else action
             new_obs, new_state, reward, terminated, truncated, info = env.step_and_reset(key, state, action, params)
             return new_state, _finish(spec, new_obs, reward, terminated, truncated, info["final_observation"],
                                       _info_extras(info, spec))
