@@ -147,8 +147,8 @@ class NetworkSpec:
 
     # What a field means when a file predates it (exports and checkpoints before the cells encoder, the storage
     # dtype and the recorded matmul dtype are float32 MLPs).
-    META_DEFAULTS: ClassVar[dict] = {"activation": "tanh", "encoder": "mlp", "cell_dim": 16, "obs_dtype": "float32",
-                     "dtype": "float32"}
+    META_DEFAULTS: ClassVar[dict] = {"activation": "tanh", "encoder": "mlp", "cell_dim": 16,
+                                     "obs_dtype": "float32", "dtype": "float32"}
     META_REQUIRED: ClassVar[tuple] = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers")
 
     @classmethod
@@ -179,6 +179,8 @@ class NetworkSpec:
         """The spec `to_meta` wrote (or an older file's, with META_DEFAULTS for what it lacks). Raises
         ValueError naming the fields a damaged description lacks."""
         missing = [k for k in cls.META_REQUIRED if k not in meta]
+        if meta.get("encoder") == "cells" and "obs_cells" not in meta:
+            missing.append("obs_cells")
         if missing:
             raise ValueError(f"network metadata lacks {', '.join(missing)}")
         net = {**cls.META_DEFAULTS, **meta}
