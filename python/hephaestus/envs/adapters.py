@@ -274,9 +274,20 @@ def adapt_jumanji(env, name: str) -> AdaptedEnv:
         raise ValueError(f"{name}: multi-discrete jumanji action specs are not supported yet")
     action_dim = int(num_values)
 
+    # Many jumanji observations carry the raw `step_count` (Snake: 0..4000). Fed as is, one input thousands of
+    # times larger than the rest saturates the first layer; jumanji's own networks divide it by the env's
+    # `time_limit`, and so does the adapter.
+    time_limit = getattr(env, "time_limit", None)
+
+    def observation(timestep):
+        obs = timestep.observation
+        if time_limit and hasattr(obs, "step_count") and hasattr(obs, "_replace"):
+            obs = obs._replace(step_count=jnp.asarray(obs.step_count, jnp.float32) / float(time_limit))
+        return obs
+
     def raw_reset(key):
         state, timestep = env.reset(key)
-        return state, timestep.observation
+        return state, observation(timestep)
 
     spec = with_episode_stats(with_obs_structure(_probe_spec(name, raw_reset, True, action_dim), env), env)
 
@@ -287,8 +298,9 @@ def adapt_jumanji(env, name: str) -> AdaptedEnv:
         last = timestep.last()
         terminated = jnp.logical_and(last, timestep.discount == 0)
         truncated = jnp.logical_and(last, timestep.discount != 0)
-        return next_state, _finish(spec, timestep.observation, timestep.reward, terminated, truncated,
-                                   timestep.observation, _info_extras(timestep.extras or {}, spec))
+        obs = observation(timestep)
+        return next_state, _finish(spec, obs, timestep.reward, terminated, truncated, obs,
+                                   _info_extras(timestep.extras or {}, spec))
 
     # jumanji's step takes no key: the reset after an episode gets the step's key itself
     return AdaptedEnv(spec=spec, reset=reset, step=_with_auto_reset(reset, step_no_reset, split_key=False),
