@@ -42,6 +42,17 @@ def walk():
 
 
 # ------------------------------------------------------------------------------------------------ the policy
+def test_random_action_is_uniform_over_valid_actions_and_within_bounds():
+    """networks.random_action, the baseline evaluate.py --random measures: valid actions only, each about equally
+    often; continuous actions inside their bounds."""
+    mask = jnp.zeros((4000, 5), bool).at[:, 1].set(True).at[:, 3].set(True)
+    action = np.asarray(nets.random_action(jax.random.PRNGKey(0), mask, True))
+    assert set(np.unique(action)) == {1, 3} and abs((action == 1).mean() - 0.5) < 0.05
+    cont = np.asarray(nets.random_action(jax.random.PRNGKey(1), jnp.ones((500, 1), bool), False, (-0.1, -2.0),
+                                         (0.1, 2.0)))
+    assert cont.shape == (500, 2) and (np.abs(cont) <= [0.1, 2.0]).all() and cont[:, 1].std() > 0.5
+
+
 def test_greedy_act_is_the_argmax_over_valid_actions_and_sampling_respects_the_mask():
     net = nets.ActorCritic(action_dim=6, discrete=True, hidden_dim=8, num_layers=1)
     params = net.init(jax.random.PRNGKey(0), jnp.zeros((1, 3)))

@@ -40,3 +40,27 @@ def test_non_exports_are_refused_with_one_line(tmp_path):
     np.savez(other, x=np.zeros(3))
     with pytest.raises(ExportError, match="not a Hephaestus parameter file"):
         load_params_npz(str(other))
+
+
+def test_one_network_spec_is_stored_and_rebuilt():
+    """NetworkSpec: what training builds from the env and config is what exports and checkpoints store and what
+    watch_agent.py/evaluate.py rebuild; files that predate a field get its documented default."""
+    import jax.numpy as jnp
+
+    from hephaestus.networks import NetworkSpec
+
+    env = make_env("gymnax:Pendulum-v1")
+    config = TrainConfig(env=env.spec.name, hidden_dim=8, num_layers=1, activation="relu", dtype="bfloat16")
+    spec = NetworkSpec.of(env.spec, config)
+    assert (spec.obs_dim, spec.action_dim, spec.discrete, spec.encoder, spec.dtype) == (3, 1, False, "mlp", "bfloat16")
+    assert spec.action_low == (-2.0,) and spec.action_high == (2.0,)
+    assert NetworkSpec.from_meta(spec.to_meta()) == spec
+    net = spec.build()
+    assert net.dtype == jnp.bfloat16 and net.activation == "relu" and net.action_high == (2.0,)
+    assert network_from_meta({"network": spec.to_meta()}, dtype="float32").dtype == jnp.float32  # overridden
+    old = {k: v for k, v in spec.to_meta().items() if k not in ("activation", "encoder", "obs_dtype", "dtype")}
+    assert NetworkSpec.from_meta(old) == NetworkSpec(3, 1, False, 8, 1, action_low=(-2.0,), action_high=(2.0,))
+    with pytest.raises(ValueError, match="network metadata lacks hidden_dim"):
+        NetworkSpec.from_meta({k: v for k, v in old.items() if k != "hidden_dim"})
+    with pytest.raises(ExportError, match="network metadata lacks"):
+        network_from_meta({"network": {}})

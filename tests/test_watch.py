@@ -18,7 +18,7 @@ from hephaestus.config import TrainConfig
 from hephaestus.envs.registry import make_env
 from hephaestus.export import network_meta, save_params_npz
 from hephaestus.networks import make_network
-from hephaestus.watch import WatchError, resolve_params_path
+from hephaestus.watch import CAPTION_H, WatchError, resolve_params_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "watch_agent.py")
@@ -272,3 +272,119 @@ def test_env_flag_fills_in_only_what_the_file_lacks(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "observation (4 values)" in out and re.search(r"^action: (left|right)", out, re.M)
     assert re.search(r"^episode 1: \d+ steps", out, re.M)
+
+
+# ------------------------------------------------------------------------------------------------ env step
+def test_step_without_auto_reset_stops_on_the_state_the_episode_ended_in():
+    """AdaptedEnv.step_no_reset (what watch_agent.py steps): the terminal observation and state, not a reset;
+    the auto-resetting step is the same step followed by a reset where the episode ended."""
+    from toy_envs import RandomWalk, WalkParams
+
+    from hephaestus.envs.adapters import adapt_gymnax
+
+    env = adapt_gymnax(RandomWalk(), WalkParams(max_steps_in_episode=50), "walk")
+    step_no_reset, step = jax.jit(env.step_no_reset), jax.jit(env.step)
+    state, first = env.reset(jax.random.PRNGKey(0))
+    right, key = np.int32(1), jax.random.PRNGKey(1)
+    for t in range(1, 10):
+        before = state
+        state, out = step_no_reset(key, before, right)
+        assert int(state.pos) == int(before.pos) + 1 and int(state.time) == t
+        np.testing.assert_array_equal(out.obs, out.final_obs)
+        np.testing.assert_array_equal(out.obs, [state.pos, state.time, state.start])
+        reset_state, auto = step(key, before, right)
+        np.testing.assert_array_equal(auto.final_obs, out.obs)
+        assert bool(auto.terminated) == bool(out.terminated) and float(auto.reward) == float(out.reward)
+        if out.terminated:
+            break
+        np.testing.assert_array_equal(auto.obs, out.obs)  # mid-episode the two steps agree
+    assert bool(out.terminated) and int(state.pos) == 3  # stopped on the bound, where the walk ended
+    assert int(reset_state.time) == 0 and float(auto.obs[1]) == 0.0  # the auto-reset step started a new walk
+    # truncation: the time limit's last state, flagged truncated, not reset either
+    env = adapt_gymnax(RandomWalk(), WalkParams(max_steps_in_episode=2, bound=100), "walk")
+    state, _ = env.reset(jax.random.PRNGKey(0))
+    for _ in range(2):
+        state, out = env.step_no_reset(key, state, right)
+    assert bool(out.truncated) and not bool(out.terminated) and int(state.time) == 2 and float(out.obs[1]) == 2.0
+
+
+# ------------------------------------------------------------------------------------------------ presentation
+def presented_walk():
+    """StatWalk with its own Presentation, as an env declares one (HackMatrix does, envs/hackmatrix)."""
+    from toy_envs import StatWalk
+
+    from hephaestus.envs.presentation import Presentation
+
+    class PresentedWalk(StatWalk):
+        presentation = Presentation(
+            action_names=("west", "east"),
+            outcome=lambda info: "fell off " + ("east" if info["episode_stats"]["right_moves"] else "west"),
+            status=lambda state: f"walker at {int(state.pos)}",
+            text=lambda state, obs: "." * (int(state.pos) + 4) + "W",
+            rgb=lambda state, obs: np.full((20, 30, 3), 40 * (int(state.pos) + 3), np.uint8),
+            episode_note=lambda stats: f"reach {int(stats['reach'])}")
+
+    return PresentedWalk()
+
+
+def test_watch_shows_an_env_through_its_declared_presentation(tmp_path, monkeypatch, capsys):
+    from hephaestus import watch
+    from hephaestus.envs.adapters import adapt_gymnax
+
+    raw = presented_walk()
+    env = adapt_gymnax(raw, raw.default_params, "presented-walk")
+    monkeypatch.setattr(watch, "load_env", lambda name: env)
+    config = TrainConfig(env="presented-walk", hidden_dim=8, num_layers=1)
+    params = make_network(env.spec, config).init(jax.random.PRNGKey(0), np.zeros((1, 3), np.float32))
+    path = save_params_npz(str(tmp_path / "p.npz"), params, env="presented-walk",
+                           network=network_meta(env.spec, config))
+
+    assert watch.main([path, "--episodes", "3", "--max-steps", "10", "--sample"], compile_cache=False) == 0
+    out = capsys.readouterr().out
+    actions = re.findall(r"^action: (\S+)", out, re.M)
+    assert actions and set(actions) <= {"west", "east"}
+    walkers = re.findall(r"^walker at (-?\d+)$", out, re.M)
+    assert len(walkers) == len(actions) + 3  # a status line on every frame, the reset frames included
+    assert re.search(r"^\.+W$", out, re.M)  # the env's text picture
+    lines = re.findall(r"^episode \d+: \d+ steps, return [+-][\d.]+, (.+), reach (\d)$", out, re.M)
+    assert len(lines) == 3
+    for outcome, reach in lines:  # a walk ends on the bound (|pos| = 3) or at the 6-step time limit
+        assert re.fullmatch(r"fell off (east|west)", outcome) and reach == "3" or outcome == "time limit"
+    assert re.search(r"^all episodes: reach [0-3]$", out, re.M)
+
+    gif = tmp_path / "walk.gif"
+    assert watch.main([path, "--episodes", "2", "--max-steps", "10", "--save", str(gif)], compile_cache=False) == 0
+    steps = episode_steps(capsys.readouterr().out)
+    frames = gif_frames(gif)
+    assert len(frames) == sum(s + 1 for s in steps)
+    assert frames[0].shape == (CAPTION_H + 20, 30, 3)  # the env's frame under the caption bar
+    shades = {int(f[-1, -1, 0]) for f in frames}
+    assert shades <= {40 * k for k in range(7)} and len(shades) > 1  # drawn from the walker's position
+
+
+def test_generic_presentation_for_a_jumanji_env(tmp_path, capsys):
+    """jumanji Snake declares no presentation: action indices, "terminated", no status line, the observation's
+    values as text and its bar plot as frames."""
+    from hephaestus.watch import main
+
+    path = fresh_params(tmp_path / "final_params.npz", "jumanji:Snake-v1")
+    gif = tmp_path / "snake.gif"
+    assert main([path, "--episodes", "2", "--max-steps", "4", "--save", str(gif)], compile_cache=False) == 0
+    steps = episode_steps(capsys.readouterr().out)
+    frames = gif_frames(gif)
+    assert len(steps) == 2 and len(frames) == sum(s + 1 for s in steps)
+    assert frames[0].shape == (CAPTION_H + 200, 384, 3) and frames[1].std() > 10  # the observation's bars
+    assert main([path, "--episodes", "1", "--max-steps", "3"], compile_cache=False) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^action: [0-3] +reward", out, re.M) and "observation (721 values)" in out
+    assert re.search(r"^episode 1: \d+ steps, return [+-][\d.]+, (terminated|out of steps)$", out, re.M)
+
+
+def test_watch_module_names_no_env():
+    """With the behavioural tests above: what watch.py shows of an env comes from its Presentation, so the
+    module names no env and none of HackMatrix's game terms."""
+    import hephaestus.watch
+
+    source = open(hephaestus.watch.__file__).read().lower()
+    for word in ("hackmatrix", "siphon", "program", "stage", "credits", "cartpole", "gymnax", "jumanji"):
+        assert word not in source, word

@@ -239,10 +239,10 @@ def _lookup(tree, path):
     return node
 
 
+# The networks.NetworkSpec fields a resume must match (the storage and matmul dtypes may change: the parameters
+# are float32 either way).
 NETWORK_FIELDS = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers", "activation", "encoder",
                   "obs_cells", "cell_dim")
-# What a field means when a checkpoint predates it (checkpoints before the cells encoder are MLPs).
-NETWORK_FIELD_DEFAULTS = {"encoder": "mlp"}
 
 
 def check_compatible(ckpt: Checkpoint, config, network_meta: dict) -> None:
@@ -255,8 +255,11 @@ def check_compatible(ckpt: Checkpoint, config, network_meta: dict) -> None:
     if theirs.get("env") != config.env:
         raise CheckpointError(f"{ckpt.path}: checkpoint is for env {theirs.get('env')!r}, this run is "
                               f"{config.env!r}")
-    net = theirs.get("network", {})
-    net = {**NETWORK_FIELD_DEFAULTS, **net}
+    from hephaestus.networks import NetworkSpec
+
+    # A field a checkpoint predates means what NetworkSpec says (checkpoints before the cells encoder are MLPs).
+    net = {**NetworkSpec.META_DEFAULTS, **theirs.get("network", {})}
+    network_meta = {**NetworkSpec.META_DEFAULTS, **network_meta}
     for name in NETWORK_FIELDS:
         if name in net and net[name] != network_meta.get(name):
             hint = f" (pass --encoder {net[name]} to continue it)" if name == "encoder" else ""
@@ -392,9 +395,10 @@ def _one_line(err: BaseException) -> str:
 
 
 def _network_meta(trainer) -> dict:
-    from hephaestus.export import network_meta
+    """The trainer's network description (networks.NetworkSpec), as checkpoints and exports store it."""
+    from hephaestus.networks import NetworkSpec
 
-    return network_meta(trainer.env.spec, trainer.config)
+    return NetworkSpec.of(trainer.env.spec, trainer.config).to_meta()
 
 
 def read_state(path: str):

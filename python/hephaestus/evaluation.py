@@ -56,12 +56,9 @@ def make_evaluator(env, network, episodes: int, max_steps: int, policy: str = "g
     v_reset, v_step = jax.vmap(env.reset), jax.vmap(env.step)
 
     def choose(params, obs, mask, key):
-        if policy != "random":
-            return nets.act(network, params, obs, mask, key, greedy=policy == "greedy")[0]
-        if spec.discrete:
-            return nets.categorical_sample(key, jnp.zeros(mask.shape, jnp.float32), mask)
-        low, high = jnp.asarray(spec.action_low, jnp.float32), jnp.asarray(spec.action_high, jnp.float32)
-        return jax.random.uniform(key, (obs.shape[0], spec.action_dim), minval=low, maxval=high)
+        if policy == "random":
+            return nets.random_action(key, mask, spec.discrete, spec.action_low, spec.action_high)
+        return nets.act(network, params, obs, mask, key, greedy=policy == "greedy")[0]
 
     def run(params, key):
         key_reset, key = jax.random.split(key)

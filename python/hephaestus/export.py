@@ -3,8 +3,9 @@
 Layout of the file:
   `<dotted.name>`   one float32 array per parameter, e.g. `params.actor.Dense_0.kernel`
   `__meta__`        a 0-d unicode array holding JSON: format version, package version, env name, network shape
-                    (`obs_dim`, `action_dim`, `discrete`, `hidden_dim`, `num_layers`, `activation`, `encoder`,
-                    `obs_dtype`, and `obs_cells`/`cell_dim` for the cells encoder), `update`,
+                    (networks.NetworkSpec.to_meta: `obs_dim`, `action_dim`, `discrete`, action bounds,
+                    `hidden_dim`, `num_layers`, `activation`, `encoder`, `obs_dtype`, `dtype`, and
+                    `obs_cells`/`cell_dim` for the cells encoder), `update`,
                     `env_steps`, `num_seeds`, and the resolved config.
                     With `num_seeds` S > 1 (a --num-seeds run) every parameter has a leading [S] axis, one row per
                     seed (seed --seed + i in row i); `select_seed` picks one agent's parameters.
@@ -52,17 +53,10 @@ def unflatten_params(flat: dict[str, np.ndarray]) -> dict:
 
 
 def network_meta(spec, config) -> dict:
-    """The resolved network description (no "auto" left), enough for `network_from_meta` to rebuild it."""
-    from hephaestus.config import resolve_encoder, resolve_obs_dtype
+    """The resolved network description (networks.NetworkSpec.to_meta) of `config` on the env `spec`."""
+    from hephaestus.networks import NetworkSpec
 
-    encoder = resolve_encoder(config, spec)
-    meta = {"obs_dim": spec.obs_dim, "action_dim": spec.action_dim, "discrete": spec.discrete,
-            "action_low": list(spec.action_low), "action_high": list(spec.action_high),
-            "hidden_dim": config.hidden_dim, "num_layers": config.num_layers, "activation": config.activation,
-            "encoder": encoder, "obs_dtype": resolve_obs_dtype(config, spec)}
-    if encoder == "cells":
-        meta.update(obs_cells=list(spec.obs_cells), cell_dim=config.cell_dim)
-    return meta
+    return NetworkSpec.of(spec, config).to_meta()
 
 
 def save_params_npz(path: str, params, *, env: str, network: dict, update: int = 0, env_steps: int = 0,
@@ -127,20 +121,15 @@ def select_seed(params: dict, meta: dict, index: int | None, path: str = "parame
     return jax.tree.map(lambda x: np.asarray(x)[chosen], params), chosen
 
 
-def network_from_meta(meta: dict, dtype: str = "float32"):
-    """Rebuild the ActorCritic module an export was made from."""
-    import jax.numpy as jnp
+def network_from_meta(meta: dict, dtype: str | None = None):
+    """Rebuild the ActorCritic module an export was made from (matmuls in `dtype`, default: as trained).
+    Raises ExportError (one line) for a damaged network description."""
+    import dataclasses
 
-    from hephaestus.networks import ActorCritic
+    from hephaestus.networks import NetworkSpec
 
-    net = meta["network"]
-    # Files written before the cells encoder have no "encoder"/"obs_dtype": they are float32 MLPs.
-    cells = net.get("encoder", "mlp") == "cells"
-    return ActorCritic(action_dim=net["action_dim"], discrete=net["discrete"], hidden_dim=net["hidden_dim"],
-                       num_layers=net["num_layers"], activation=net["activation"],
-                       dtype=jnp.bfloat16 if dtype == "bfloat16" else jnp.float32,
-                       obs_dtype=jnp.dtype(net.get("obs_dtype", "float32")),
-                       obs_cells=tuple(net["obs_cells"]) if cells else None,
-                       cell_dim=int(net.get("cell_dim", 16)),
-                       action_low=tuple(float(x) for x in net.get("action_low", ())),
-                       action_high=tuple(float(x) for x in net.get("action_high", ())))
+    try:
+        spec = NetworkSpec.from_meta(meta.get("network") or {})
+    except ValueError as err:
+        raise ExportError(str(err)) from None
+    return (dataclasses.replace(spec, dtype=dtype) if dtype else spec).build()

@@ -13,6 +13,10 @@ then concatenates the flat features and the cell embeddings before the usual MLP
 multiply-adds of the whole network. The encoder (688 parameters) is shared by actor and critic, so it runs once
 per observation; a shared torso would halve the rest too, but the torsos stay separate for the reason above.
 
+`NetworkSpec` is the whole description of a network (sizes, encoder and cell layout, storage and matmul dtypes,
+action bounds): training builds it from the env and the config, exports and checkpoints store it, and the watch
+and evaluate tools rebuild the network from it; `NetworkSpec.build` is the one place an ActorCritic is made.
+
 With bfloat16 observation storage the network's input is the observation rounded to bfloat16, so the policy
 acting in the rollout, the PPO update on stored observations, and a replay in watch.py all see the same
 numbers; float32 and uint8 storage (exact, obs_storage.py) leave observations as they are.
@@ -21,7 +25,8 @@ numbers; float32 and uint8 storage (exact, obs_storage.py) leave observations as
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
 
 import flax.linen as nn
 import jax
@@ -120,19 +125,91 @@ def round_obs(obs, obs_dtype):
     return obs.astype(jnp.bfloat16) if jnp.dtype(obs_dtype) == jnp.bfloat16 else obs
 
 
+@dataclass(frozen=True)
+class NetworkSpec:
+    """Everything that fixes the network and how it reads observations, with no "auto" left: training builds
+    it from the env and the config (`of`), exports and checkpoints store it (`to_meta`), and watch_agent.py,
+    evaluate.py and resume read it back (`from_meta`). `build` is the one place an ActorCritic is made."""
+
+    obs_dim: int
+    action_dim: int  # number of actions (discrete) or action vector length (continuous)
+    discrete: bool
+    hidden_dim: int
+    num_layers: int
+    activation: str = "tanh"
+    encoder: str = "mlp"  # mlp | cells
+    obs_cells: tuple[int, int, int] | None = None  # (flat, cells, channels), with the cells encoder only
+    cell_dim: int = 16  # per-cell embedding width, with the cells encoder only
+    obs_dtype: str = "float32"  # the rollout's observation storage (obs_storage.py): bfloat16 rounds the inputs
+    dtype: str = "float32"  # matmul dtype; parameters and outputs are float32
+    action_low: tuple[float, ...] = ()  # continuous: the bounds `act` clips env actions to
+    action_high: tuple[float, ...] = ()
+
+    # What a field means when a file predates it (exports and checkpoints before the cells encoder, the storage
+    # dtype and the recorded matmul dtype are float32 MLPs).
+    META_DEFAULTS: ClassVar[dict] = {"activation": "tanh", "encoder": "mlp", "cell_dim": 16,
+                                     "obs_dtype": "float32", "dtype": "float32"}
+    META_REQUIRED: ClassVar[tuple] = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers")
+
+    @classmethod
+    def of(cls, env_spec, config) -> "NetworkSpec":
+        """The network `config` asks for on the env `env_spec` (envs.adapters.EnvSpec). Raises ConfigError for
+        --encoder cells on an env without cells."""
+        encoder = resolve_encoder(config, env_spec)
+        cells = encoder == "cells"
+        return cls(obs_dim=env_spec.obs_dim, action_dim=env_spec.action_dim, discrete=env_spec.discrete,
+                   hidden_dim=config.hidden_dim, num_layers=config.num_layers, activation=config.activation,
+                   encoder=encoder, obs_cells=tuple(env_spec.obs_cells) if cells else None,
+                   cell_dim=config.cell_dim if cells else cls.META_DEFAULTS["cell_dim"],
+                   obs_dtype=resolve_obs_dtype(config, env_spec), dtype=config.dtype,
+                   action_low=tuple(env_spec.action_low), action_high=tuple(env_spec.action_high))
+
+    def to_meta(self) -> dict:
+        """JSON-ready; `obs_cells` and `cell_dim` only for the cells encoder."""
+        meta = {"obs_dim": self.obs_dim, "action_dim": self.action_dim, "discrete": self.discrete,
+                "action_low": list(self.action_low), "action_high": list(self.action_high),
+                "hidden_dim": self.hidden_dim, "num_layers": self.num_layers, "activation": self.activation,
+                "encoder": self.encoder, "obs_dtype": self.obs_dtype, "dtype": self.dtype}
+        if self.encoder == "cells":
+            meta.update(obs_cells=list(self.obs_cells), cell_dim=self.cell_dim)
+        return meta
+
+    @classmethod
+    def from_meta(cls, meta: dict) -> "NetworkSpec":
+        """The spec `to_meta` wrote (or an older file's, with META_DEFAULTS for what it lacks). Raises
+        ValueError naming the fields a damaged description lacks."""
+        missing = [k for k in cls.META_REQUIRED if k not in meta]
+        if meta.get("encoder") == "cells" and "obs_cells" not in meta:
+            missing.append("obs_cells")
+        if missing:
+            raise ValueError(f"network metadata lacks {', '.join(missing)}")
+        net = {**cls.META_DEFAULTS, **meta}
+        cells = net["encoder"] == "cells"
+        return cls(obs_dim=int(net["obs_dim"]), action_dim=int(net["action_dim"]), discrete=bool(net["discrete"]),
+                   hidden_dim=int(net["hidden_dim"]), num_layers=int(net["num_layers"]),
+                   activation=net["activation"], encoder=net["encoder"],
+                   obs_cells=tuple(int(n) for n in net["obs_cells"]) if cells else None,
+                   cell_dim=int(net["cell_dim"]), obs_dtype=net["obs_dtype"], dtype=net["dtype"],
+                   action_low=tuple(float(x) for x in net.get("action_low", ())),
+                   action_high=tuple(float(x) for x in net.get("action_high", ())))
+
+    def build(self) -> ActorCritic:
+        return ActorCritic(action_dim=self.action_dim, discrete=self.discrete, hidden_dim=self.hidden_dim,
+                           num_layers=self.num_layers, activation=self.activation,
+                           dtype=jnp.bfloat16 if self.dtype == "bfloat16" else jnp.float32,
+                           obs_dtype=jnp.dtype(self.obs_dtype), obs_cells=self.obs_cells, cell_dim=self.cell_dim,
+                           action_low=self.action_low, action_high=self.action_high)
+
+
 def make_network(spec, config) -> ActorCritic:
-    obs_cells = tuple(spec.obs_cells) if resolve_encoder(config, spec) == "cells" else None
-    return ActorCritic(action_dim=spec.action_dim, discrete=spec.discrete, hidden_dim=config.hidden_dim,
-                       num_layers=config.num_layers, activation=config.activation,
-                       dtype=jnp.bfloat16 if config.dtype == "bfloat16" else jnp.float32,
-                       obs_dtype=jnp.dtype(resolve_obs_dtype(config, spec)), obs_cells=obs_cells,
-                       cell_dim=config.cell_dim, action_low=tuple(spec.action_low),
-                       action_high=tuple(spec.action_high))
+    """The network `config` asks for on the env `spec` (NetworkSpec.of(...).build())."""
+    return NetworkSpec.of(spec, config).build()
 
 
 # ---------------------------------------------------------------------------------------------------
 # The one policy. Training (ppo.py), evaluation (evaluation.py) and replays (watch.py) all act through `act`,
-# and the PPO loss scores stored actions through `evaluate`, so there is one definition of what the agent does.
+# and the PPO loss scores stored actions through `evaluate`, so there is one definition of what the agent does;
+# `random_action` is the parameter-free baseline evaluate.py --random measures against.
 
 
 def act(network: ActorCritic, params, obs, mask, key, greedy: bool = False):
@@ -154,6 +231,15 @@ def act(network: ActorCritic, params, obs, mask, key, greedy: bool = False):
     low = jnp.asarray(network.action_low, jnp.float32)
     high = jnp.asarray(network.action_high, jnp.float32)
     return jnp.clip(action, low, high), action, gaussian_log_prob(out, log_std, action), value
+
+
+def random_action(key, mask, discrete: bool, action_low=(), action_high=()):
+    """The baseline with no parameters: a valid action uniformly at random (discrete, `mask` [..., actions]), or
+    a uniform point within the action bounds (continuous; `mask` [..., 1] gives the batch shape)."""
+    if discrete:
+        return categorical_sample(key, jnp.zeros(mask.shape, jnp.float32), mask)
+    low, high = jnp.asarray(action_low, jnp.float32), jnp.asarray(action_high, jnp.float32)
+    return jax.random.uniform(key, mask.shape[:-1] + low.shape, minval=low, maxval=high)
 
 
 def evaluate(network: ActorCritic, params, obs, mask, action):

@@ -5,12 +5,14 @@ the environment and the network shape, so the agent replays in the very environm
 
 * `resolve_params_path` turns a file, a run directory, a checkpoint step directory or `--latest` into one
   `.npz` file.
-* `load_agent` reads a parameter file and checks it against the env and network it names (evaluate.py uses it
-  too).
-* `Player` jits the one policy (`networks.act`: greedy = argmax over the valid actions, or sampled) and the env
-  step *once*, and plays episodes; the summary ends with the env's declared episode statistics, as
-  evaluate.py prints them. gymnax-style envs (HackMatrix, gymnax) are stepped without auto-reset, so the last frame of
-  an episode is the state it ended in; other families go through the adapter and show `final_obs`.
+* `load_agent` reads a parameter file, rebuilds its network from the `NetworkSpec` it stores and checks it
+  against the env it names (evaluate.py uses it too).
+* `Player` jits the one policy (`networks.act`: greedy = argmax over the valid actions, or sampled) and the
+  adapter's step without auto-reset (`AdaptedEnv.step_no_reset`) *once*, and plays episodes, so the last frame of
+  an episode is the state it ended in; the summary ends with the env's declared episode statistics, as
+  evaluate.py prints them.
+* What is shown of an env (action names, how an episode ended, a status line, a note per episode, the text
+  picture, the RGB frame) is the env's `Presentation` (envs/presentation.py); this module knows no env by name.
 * Frames: an episode of `n` steps gives `n + 1` frames (the reset state, then the state after each step).
   A saved GIF/MP4 holds the frames of all episodes one after the other, each with a caption line (episode,
   step, action, reward), so `sum(steps_i + 1)` frames in all.
@@ -23,6 +25,7 @@ with a one-line message; the script prints it and exits 1.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -117,7 +120,8 @@ def load_agent(params_path: str, env_override: str | None = None, seed_index: in
     import jax
     import jax.numpy as jnp
 
-    from hephaestus.export import ExportError, load_params_npz, network_from_meta, select_seed
+    from hephaestus.export import ExportError, load_params_npz, select_seed
+    from hephaestus.networks import NetworkSpec
 
     try:
         params, meta = load_params_npz(params_path)
@@ -125,26 +129,26 @@ def load_agent(params_path: str, env_override: str | None = None, seed_index: in
         params, _ = select_seed(params, meta, seed_index, params_path)
     except ExportError as err:
         raise WatchError(str(err)) from None
+    try:
+        net = NetworkSpec.from_meta(meta.get("network") or {})
+    except ValueError as err:
+        raise WatchError(f"{params_path}: {err}") from None
     file_env = meta.get("env")
     if file_env and env_override and env_override != file_env:
         print(f"note: {params_path} was trained on {file_env}; ignoring --env {env_override}", file=sys.stderr)
     env_name = file_env or env_override
     if not env_name:
         raise WatchError(f"{params_path}: the file names no environment; pass --env")
-    net = meta.get("network") or {}
-    missing = [k for k in ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers") if k not in net]
-    if missing:
-        raise WatchError(f"{params_path}: network metadata lacks {', '.join(missing)}")
     env = load_env(env_name)
     spec = env.spec
-    if spec.obs_dim != net["obs_dim"] or spec.action_dim != net["action_dim"] or spec.discrete != net["discrete"]:
+    if (spec.obs_dim, spec.action_dim, spec.discrete) != (net.obs_dim, net.action_dim, net.discrete):
         raise WatchError(
-            f"{params_path}: network expects obs {net['obs_dim']} / actions {net['action_dim']}, but "
+            f"{params_path}: network expects obs {net.obs_dim} / actions {net.action_dim}, but "
             f"{env_name} has obs {spec.obs_dim} / actions {spec.action_dim} (trained on another version?)")
-    if not spec.discrete and not net.get("action_low"):  # files that do not carry the bounds: the env's
-        net = {**net, "action_low": list(spec.action_low), "action_high": list(spec.action_high)}
-        meta = {**meta, "network": net}
-    network = network_from_meta(meta)
+    if not spec.discrete and not net.action_low:  # files that do not carry the bounds: the env's
+        net = dataclasses.replace(net, action_low=tuple(spec.action_low), action_high=tuple(spec.action_high))
+        meta = {**meta, "network": net.to_meta()}
+    network = net.build()
     # The arrays must fit the network the metadata describes (shapes only; nothing is computed).
     expected = jax.eval_shape(network.init, jax.random.PRNGKey(0), jnp.zeros((1, spec.obs_dim), jnp.float32))
     want = {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(expected)}
@@ -157,19 +161,6 @@ def load_agent(params_path: str, env_override: str | None = None, seed_index: in
 
 
 # ------------------------------------------------------------------------------------------------ actions
-def action_names(env_name: str, action_dim: int, discrete: bool) -> list[str] | None:
-    if not discrete:
-        return None
-    if env_name == "hackmatrix":
-        from hephaestus.envs.hackmatrix.constants import PROGRAM_NAMES
-
-        names = ["up", "down", "left", "right", "siphon"] + list(PROGRAM_NAMES)
-        return names[:action_dim] + [str(i) for i in range(len(names), action_dim)]
-    if env_name == "gymnax:CartPole-v1":
-        return ["left", "right"]
-    return [str(i) for i in range(action_dim)]
-
-
 def describe_action(names, action) -> str:
     a = np.asarray(action)
     if names is not None and a.ndim == 0:
@@ -179,68 +170,23 @@ def describe_action(names, action) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ env
-_ENV_FUNCTIONS: dict = {}
+_COMPILED_ENVS: dict = {}
 
 
-def _env_functions(env_name: str, env):
-    """(raw_stepping, reset, step, render_rgb or None), jitted once per env name and process, so several
-    replays in one process (or a greedy and a sampled one) share one compiled env step."""
-    if env_name in _ENV_FUNCTIONS:
-        return _ENV_FUNCTIONS[env_name]
+def _compiled_env(env):
+    """(reset, step_no_reset) of the adapted env, jitted once per env name and process (a name means one env),
+    so several replays in one process (or a greedy and a sampled one) share one compiled env step."""
     import jax
-    import jax.numpy as jnp
 
-    from hephaestus.envs.adapters import split_observation
-
-    spec = env.spec
-    raw_env, raw_params = env.raw_env, env.raw_params
-    raw_stepping = env_name.partition(":")[0] in ("hackmatrix", "gymnax") and raw_env is not None
-    if raw_stepping:
-        # No auto-reset: the episode's last frame is the state it ended in.
-        scalar_action = not spec.discrete and not getattr(raw_env.action_space(raw_params), "shape", ())
-
-        def reset(key):
-            obs_tree, state = raw_env.reset_env(key, raw_params)
-            obs, mask = split_observation(obs_tree)
-            if mask is None:
-                mask = jnp.ones((spec.action_dim if spec.discrete else 1,), bool)
-            return state, obs, mask
-
-        def step(key, state, action):
-            env_action = action.reshape(()) if scalar_action else action
-            obs_tree, state, reward, done, info = raw_env.step_env(key, state, env_action, raw_params)
-            done = jnp.asarray(done, bool)
-            truncated = jnp.logical_and(jnp.asarray(raw_env.is_truncated(state, raw_params), bool), ~done)
-            obs, mask = split_observation(obs_tree)
-            if mask is None:
-                mask = jnp.ones((spec.action_dim if spec.discrete else 1,), bool)
-            extras = {k: info[k] for k in ("reward_terms", "stage", "victory", "invalid_action", "episode_stats")
-                      if k in info}
-            return state, obs, mask, jnp.asarray(reward, jnp.float32), done, truncated, extras
-    else:
-        def reset(key):
-            state, first = env.reset(key)
-            return state, first.obs, first.action_mask
-
-        def step(key, state, action):
-            state, out = env.step(key, state, action)
-            # the adapter has already reset a finished episode: show the observation it ended on
-            return state, out.final_obs, out.action_mask, out.reward, out.terminated, out.truncated, out.info
-
-    render = None
-    if env_name == "hackmatrix" and raw_stepping:
-        from hephaestus.envs.hackmatrix.render_rgb import render_rgb
-
-        render = jax.jit(render_rgb)
-    _ENV_FUNCTIONS[env_name] = (raw_stepping, jax.jit(reset), jax.jit(step), render)
-    return _ENV_FUNCTIONS[env_name]
-
+    if env.spec.name not in _COMPILED_ENVS:
+        _COMPILED_ENVS[env.spec.name] = (jax.jit(env.reset), jax.jit(env.step_no_reset))
+    return _COMPILED_ENVS[env.spec.name]
 
 
 # ------------------------------------------------------------------------------------------------ player
 @dataclass
 class Frame:
-    """What one view shows: the state (or observation) after `step` steps of episode `episode`."""
+    """What one view shows: the state (and its observation) after `step` steps of episode `episode`."""
 
     episode: int
     step: int
@@ -250,7 +196,6 @@ class Frame:
     reward: float = 0.0
     total_reward: float = 0.0
     reward_terms: dict = field(default_factory=dict)
-    stage: int | None = None
     done: str | None = None  # outcome on the last frame of an episode
 
 
@@ -258,15 +203,15 @@ class Frame:
 class EpisodeResult:
     steps: int
     total_reward: float
-    outcome: str  # won | died | terminated | invalid action | time limit | out of steps
-    highest_stage: int | None
-    programs: dict  # program name -> times used (HackMatrix)
+    outcome: str  # the env's word for a termination (won, died, terminated ...) | time limit | out of steps | stopped
     stats: dict = field(default_factory=dict)  # declared episode statistics (episode_stats.py) of this episode
     finished: bool = True  # ended by the env (not by --max-steps or a stop)
+    note: str = ""  # the env's few words on the episode (Presentation.episode_note)
 
 
 class Player:
-    """Loads a parameter file and plays episodes with the jitted policy and env step."""
+    """Loads a parameter file and plays episodes with the one policy (networks.act) and the adapter's step
+    without auto-reset, both jitted once; shows them through the env's Presentation (envs/presentation.py)."""
 
     def __init__(self, params_path: str, env_override: str | None = None, greedy: bool = True,
                  seed_index: int | None = None):
@@ -275,11 +220,10 @@ class Player:
         from hephaestus.export import num_seeds_of
 
         self.num_seeds = num_seeds_of(self.meta)
-        self.env_name = self.env.spec.name
-        self.spec = spec = self.env.spec
+        self.spec = self.env.spec
+        self.env_name = self.spec.name
+        self.present = self.env.presentation
         self.greedy = greedy
-        self.names = action_names(self.env_name, spec.action_dim, spec.discrete)
-        self.is_hackmatrix = self.env_name == "hackmatrix"
         self._build()
 
     # -- the compiled functions (jit once; every step reuses them) --------------------------------------
@@ -294,14 +238,7 @@ class Player:
             return nets.act(network, params, obs, mask, key, greedy)[0]
 
         self._policy = jax.jit(policy)
-        self.raw_stepping, self._reset, self._step, self._render_rgb = _env_functions(self.env_name, self.env)
-
-    def _act(self, params, key, state, obs, mask):
-        import jax
-
-        k_act, k_env = jax.random.split(key)
-        action = self._policy(params, k_act, obs, mask)
-        return (action,) + tuple(self._step(k_env, state, action))
+        self._reset, self._step = _compiled_env(self.env)
 
     # -- playing ----------------------------------------------------------------------------------------
     def episodes(self, num_episodes: int, max_steps: int, seed: int, on_frame: Callable[[Frame], bool | None],
@@ -309,42 +246,35 @@ class Player:
         """Play; call `on_frame` for each frame (returning True stops early) and `on_end` after each episode."""
         import jax
 
+        declared = self.spec.episode_stats
         key = jax.random.PRNGKey(seed)
         results = []
         for ep in range(num_episodes):
             key, k_reset = jax.random.split(key)
-            state, obs, mask = self._reset(k_reset)
-            total, stage, programs = 0.0, self._stage(state, {}), {}
-            stats = episode_stats.zeros(self.spec.episode_stats, (), np)
-            frame = Frame(ep + 1, 0, state, np.asarray(obs), stage=stage)
-            if on_frame(frame):
+            state, out = self._reset(k_reset)
+            total, stats = 0.0, episode_stats.zeros(declared, (), np)
+            if on_frame(Frame(ep + 1, 0, state, np.asarray(out.obs))):
                 break
             outcome, steps, stop = "out of steps", 0, False
             for t in range(max_steps):
-                key, k = jax.random.split(key)
-                action, state, obs, mask, reward, terminated, truncated, info = self._act(
-                    self.params, k, state, obs, mask)
-                steps = t + 1
-                reward = float(reward)
+                key, k_act, k_env = jax.random.split(key, 3)
+                action = self._policy(self.params, k_act, out.obs, out.action_mask)
+                state, out = self._step(k_env, state, action)
+                info = jax.device_get(out.info)
+                steps, reward = t + 1, float(out.reward)
                 total += reward
-                name = describe_action(self.names, action)
-                if self.is_hackmatrix and int(action) >= 5:
-                    programs[name] = programs.get(name, 0) + 1
-                if self.spec.episode_stats:
-                    stats = episode_stats.accumulate(self.spec.episode_stats, stats,
-                                                     jax.device_get(info["episode_stats"]), np)
-                st = self._stage(state, info)
-                if st is not None:
-                    stage = st if stage is None else max(stage, st)
+                if declared:
+                    stats = episode_stats.accumulate(declared, stats, info["episode_stats"], np)
                 done = None
-                if bool(terminated):
-                    done = self._terminal_outcome(state, info)
-                elif bool(truncated):
+                if bool(out.terminated):
+                    done = self.present.outcome(info)
+                elif bool(out.truncated):
                     done = "time limit"
                 elif steps == max_steps:
                     done = "out of steps"
                 terms = {k: float(v) for k, v in (info.get("reward_terms") or {}).items()}
-                frame = Frame(ep + 1, steps, state, np.asarray(obs), name, reward, total, terms, st, done)
+                name = describe_action(self.present.action_names, action)
+                frame = Frame(ep + 1, steps, state, np.asarray(out.obs), name, reward, total, terms, done)
                 if on_frame(frame):
                     stop = True
                     outcome = "stopped"
@@ -352,8 +282,9 @@ class Player:
                 if done:
                     outcome = done
                     break
-            result = EpisodeResult(steps, total, outcome, stage, programs, {k: float(v) for k, v in stats.items()},
-                                   outcome not in ("out of steps", "stopped"))
+            stats = {k: float(v) for k, v in stats.items()}
+            result = EpisodeResult(steps, total, outcome, stats, outcome not in ("out of steps", "stopped"),
+                                   self.present.episode_note(stats))
             results.append(result)
             if on_end:
                 on_end(ep + 1, result)
@@ -361,124 +292,21 @@ class Player:
                 break
         return results
 
-    def _stage(self, state, info):
-        if "stage" in info:
-            return int(info["stage"])
-        if self.is_hackmatrix and self.raw_stepping:
-            return int(state.stage)
-        return None
-
-    def _terminal_outcome(self, state, info) -> str:
-        if self.is_hackmatrix:
-            if "victory" in info and bool(info["victory"]):
-                return "won"
-            if "invalid_action" in info and bool(info["invalid_action"]):
-                return "invalid action"
-            if self.raw_stepping and int(state.hp) <= 0:
-                return "died"
-            if float((info.get("reward_terms") or {}).get("victory", 0.0)) > 0:
-                return "won"
-            return "died"
-        return "terminated"
-
     # -- pictures and text ------------------------------------------------------------------------------
     def text(self, frame: Frame) -> str:
-        if self.is_hackmatrix and self.raw_stepping:
-            from hephaestus.envs.hackmatrix.render import render_text
+        return self.present.text(frame.env_state, frame.obs)
 
-            return render_text(frame.env_state)
-        obs = np.asarray(frame.obs).ravel()
-        shown = np.array2string(obs[:16], precision=3, suppress_small=True, max_line_width=100)
-        return f"observation ({obs.size} values): {shown}{' ...' if obs.size > 16 else ''}"
+    def status(self, frame: Frame) -> str:
+        return self.present.status(frame.env_state)
 
     def rgb(self, frame: Frame) -> np.ndarray:
-        if self._render_rgb is not None and self.raw_stepping:
-            return np.asarray(self._render_rgb(frame.env_state))
-        if self.raw_stepping:
-            img = gymnax_rgb(self.env.raw_env, self.env.raw_params, frame.env_state)
-            if img is not None:
-                return img
-        return obs_bar_image(frame.obs)
+        return np.asarray(self.present.rgb(frame.env_state, frame.obs), np.uint8)
 
 
-# ------------------------------------------------------------------------------------------------ images
-def cartpole_rgb(state, params, width: int = 384, height: int = 240) -> np.ndarray:
-    """CartPole drawn with pillow: track, cart, pole (gymnax's own renderer needs gymnasium)."""
-    from PIL import Image, ImageDraw
-
-    img = Image.new("RGB", (width, height), (245, 245, 245))
-    d = ImageDraw.Draw(img)
-    x_lim = float(getattr(params, "x_threshold", 2.4))
-    scale = width / (2 * x_lim * 1.2)
-    track_y = int(height * 0.7)
-    d.line([(0, track_y), (width, track_y)], fill=(60, 60, 60), width=2)
-    for edge in (-x_lim, x_lim):
-        ex = width / 2 + edge * scale
-        d.line([(ex, track_y - 10), (ex, track_y + 10)], fill=(200, 60, 60), width=2)
-    cx = width / 2 + float(state.x) * scale
-    cw, ch = 50, 26
-    d.rectangle([cx - cw / 2, track_y - ch / 2, cx + cw / 2, track_y + ch / 2], fill=(40, 40, 40))
-    length = 2 * float(getattr(params, "length", 0.5)) * scale
-    theta = float(state.theta)
-    top = (cx + length * np.sin(theta), track_y - length * np.cos(theta))
-    d.line([(cx, track_y), top], fill=(200, 140, 70), width=8)
-    d.ellipse([cx - 4, track_y - 4, cx + 4, track_y + 4], fill=(120, 120, 200))
-    return np.asarray(img)
-
-
-_GYMNAX_VIS_FAILED: set = set()
-
-
-def gymnax_rgb(env, params, state) -> np.ndarray | None:
-    """gymnax's own picture of a state where it has one (CartPole: drawn here), else None."""
-    name = getattr(env, "name", "")
-    if name == "CartPole-v1":
-        return cartpole_rgb(state, params)
-    if name in _GYMNAX_VIS_FAILED:
-        return None
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
-        from gymnax.visualize.visualizer import Visualizer
-
-        # gymnax's Visualizer, drawn on an off-screen figure (no pyplot: a --window replay keeps its backend)
-        vis = Visualizer.__new__(Visualizer)
-        vis.env, vis.env_params, vis.state_seq, vis.reward_seq = env, params, [state], None
-        vis.fig = Figure(figsize=(4, 3.3), dpi=96)
-        vis.ax = vis.fig.subplots()
-        canvas = FigureCanvasAgg(vis.fig)
-        vis.init()
-        vis.update(0)
-        vis.ax.set_title(name, fontsize=11)
-        canvas.draw()
-        return np.asarray(canvas.buffer_rgba())[..., :3].copy()
-    except Exception:  # noqa: BLE001 - no renderer for this env (or its extra dependency is missing)
-        _GYMNAX_VIS_FAILED.add(name)
-        return None
-
-
-def obs_bar_image(obs, width: int = 384, height: int = 200) -> np.ndarray:
-    """A plain bar plot of the observation vector (tanh-squashed around a middle line)."""
-    obs = np.asarray(obs, np.float32).ravel()
-    img = np.full((height, width, 3), 245, np.uint8)
-    mid = height // 2
-    img[mid, :] = (120, 120, 120)
-    n = max(obs.size, 1)
-    bar_w = max(width // n, 1)
-    for i, v in enumerate(obs[: width // bar_w]):
-        h = int(round(np.tanh(float(v) / 2.0) * (mid - 4)))
-        x0, x1 = i * bar_w, max(i * bar_w + bar_w - 1, i * bar_w + 1)
-        if h >= 0:
-            img[mid - h:mid, x0:x1] = (60, 110, 200)
-        else:
-            img[mid:mid - h, x0:x1] = (210, 90, 60)
-    return img
-
-
+# ------------------------------------------------------------------------------------------------ captions
 def captioned(img: np.ndarray, caption: str) -> np.ndarray:
     """The frame with a caption bar on top (drawn with the built-in bitmap font)."""
-    from hephaestus.envs.hackmatrix.render_rgb import draw_text_np
+    from hephaestus.bitmap_font import draw_text_np
 
     img = np.asarray(img, np.uint8)
     bar = np.zeros((CAPTION_H, img.shape[1], 3), np.uint8)
@@ -523,9 +351,9 @@ class TerminalView:
             terms = {k: v for k, v in frame.reward_terms.items() if v != 0.0}
             if terms:
                 lines.append("  " + "  ".join(f"{k} {v:+.3f}" for k, v in terms.items()))
-        if self.player.is_hackmatrix and self.player.raw_stepping:
-            s = frame.env_state
-            lines.append(f"HP {int(s.hp)}  credits {int(s.credits)}  energy {int(s.energy)}  stage {int(s.stage)}")
+        status = self.player.status(frame)
+        if status:
+            lines.append(status)
         if frame.done:
             lines.append(f"-> {frame.done}")
         print("\n".join(lines), file=self.out, flush=True)
@@ -658,18 +486,13 @@ def write_mp4(path: str, frames: list[np.ndarray], fps: float) -> None:
 # ------------------------------------------------------------------------------------------------ summary
 def episode_line(ep: int, r: EpisodeResult) -> str:
     line = f"episode {ep}: {r.steps} steps, return {r.total_reward:+.3f}, {r.outcome}"
-    if r.highest_stage is not None:
-        line += f", highest stage {r.highest_stage}"
-    if r.programs:
-        line += ", programs used: " + ", ".join(f"{k} x{v}" for k, v in sorted(r.programs.items()))
-    elif r.highest_stage is not None:
-        line += ", programs used: none"
-    return line
+    return f"{line}, {r.note}" if r.note else line
 
 
-def summary_lines(results: list[EpisodeResult], stats=()) -> list[str]:
-    """The replay's summary, then the same statistics evaluate.py and training's eval/ report (`stats`: the env's
-    declared episode statistics)."""
+def summary_lines(results: list[EpisodeResult], stats=(), episode_note=None) -> list[str]:
+    """The replay's summary; the env's note on all episodes together (`episode_note` of the episode statistics
+    summed or maxed over the episodes, as over the steps of one); then the same statistics evaluate.py and
+    training's eval/ report (`stats`: the env's declared episode statistics)."""
     if not results:
         return ["no episodes played"]
     returns = np.array([r.total_reward for r in results])
@@ -680,15 +503,13 @@ def summary_lines(results: list[EpisodeResult], stats=()) -> list[str]:
     lines = [f"summary over {len(results)} episode(s): return mean {returns.mean():+.3f} "
              f"(min {returns.min():+.3f}, max {returns.max():+.3f}), steps mean {steps.mean():.1f}",
              "outcomes: " + ", ".join(f"{k} {v}" for k, v in outcomes.items())]
-    stages = [r.highest_stage for r in results if r.highest_stage is not None]
-    if stages:
-        lines.append(f"highest stage reached: {max(stages)}")
-    programs: dict[str, int] = {}
-    for r in results:
-        for k, v in r.programs.items():
-            programs[k] = programs.get(k, 0) + v
-    if programs:
-        lines.append("programs used: " + ", ".join(f"{k} x{v}" for k, v in sorted(programs.items())))
+    if episode_note is not None and stats:
+        together = episode_stats.zeros(stats, (), np)
+        for r in results:
+            together = episode_stats.accumulate(stats, together, r.stats, np)
+        note = episode_note({k: float(v) for k, v in together.items()})
+        if note:
+            lines.append(f"all episodes: {note}")
     from hephaestus import evaluation
 
     out = {"return": returns, "length": steps, "finished": np.array([r.finished for r in results]),
@@ -771,7 +592,7 @@ def main(argv=None, compile_cache: bool = True) -> int:
             print(f"saved {n} frames to {args.save}")
         elif args.window:
             view.close()
-        print("\n".join(summary_lines(results, player.spec.episode_stats)))
+        print("\n".join(summary_lines(results, player.spec.episode_stats, player.present.episode_note)))
         return 0
     except WatchError as err:
         print(f"error: {err}", file=sys.stderr)

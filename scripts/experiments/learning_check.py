@@ -40,7 +40,7 @@ def random_policy_returns(env_name: str, num_envs: int, num_steps: int, seed: in
     def step(carry, key):
         states, mask, ret = carry
         key_act, key_env = jax.random.split(key)
-        action = nets.categorical_sample(key_act, jnp.zeros(mask.shape), mask)
+        action = nets.random_action(key_act, mask, True)
         states, out = jax.vmap(env.step)(jax.random.split(key_env, num_envs), states, action)
         ret = ret + out.reward
         done = out.terminated | out.truncated

@@ -1,7 +1,8 @@
 """The one adapter boundary: every environment family becomes the same pure, single-env interface.
 
-    reset(key)                 -> (env_state, EnvStep)
-    step(key, env_state, act)  -> (env_state, EnvStep)
+    reset(key)                          -> (env_state, EnvStep)
+    step(key, env_state, act)           -> (env_state, EnvStep)     auto-resets a finished episode
+    step_no_reset(key, env_state, act)  -> (env_state, EnvStep)     stops on the state the episode ended in
 
 `EnvStep.obs` is the flat float observation the *next* action is chosen from (already auto-reset when an
 episode ended), `final_obs` is the observation the episode ended on (equal to `obs` otherwise), so GAE can
@@ -14,7 +15,9 @@ five-tuple `step`) all pass through here and nowhere else. The pipeline vmaps th
 A gymnax-style env may offer `step_and_reset(key, state, action, params)`, with the contract and outputs of
 gymnax's `Environment.step` (auto-reset included, `info["final_observation"]`) but cheaper under vmap than a
 reset for every lane plus a select; the adapter then uses it (HackMatrix's generates levels only for the lanes
-that need one).
+that need one). Everywhere else `step` is `step_no_reset` followed by a reset where the episode ended
+(`_with_auto_reset`), so the two steps are one step. `AdaptedEnv.presentation` is how tools show the env
+(envs/presentation.py).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 from flax import struct
+
+from hephaestus.envs.presentation import gymnax_frames, presentation_of
 
 MASK_KEY = "action_mask"
 
@@ -80,8 +85,13 @@ class AdaptedEnv:
     spec: EnvSpec
     reset: Callable[[jax.Array], tuple[Any, EnvStep]]
     step: Callable[[jax.Array, Any, jax.Array], tuple[Any, EnvStep]]
+    # The same step without the auto-reset, for tools that show episodes (watch.py): the state and `obs` are those
+    # the step landed on, the episode's end included (`obs == final_obs`); after an end, call `reset` yourself.
+    step_no_reset: Callable[[jax.Array, Any, jax.Array], tuple[Any, EnvStep]] | None = None
     raw_env: Any = None  # the underlying environment, for renderers and tools
     raw_params: Any = None
+    # How tools show the env to a person (envs/presentation.py): the env's own declaration, else a generic one.
+    presentation: Any = None
     # Optional: called once per run on the freshly reset, batched env states with a key drawn from the run's
     # key; sets what every env of one run shares and keeps (DeepSea: the action map). None: nothing shared.
     init_instance: Callable[[jax.Array, Any], Any] | None = None
@@ -116,6 +126,34 @@ def _finish(spec: EnvSpec, obs_tree, reward, terminated, truncated, final_tree, 
 
 def _select(done, if_done, if_not):
     return jax.tree.map(lambda a, b: jax.lax.select(done, a, b), if_done, if_not)
+
+
+def _reset_from(spec: EnvSpec, raw_reset):
+    """The adapted reset of `raw_reset(key) -> (state, observation pytree)`."""
+
+    def reset(key):
+        state, obs_tree = raw_reset(key)
+        zero = jnp.zeros((), bool)
+        return state, _finish(spec, obs_tree, 0.0, zero, zero, obs_tree, {})
+
+    return reset
+
+
+def _with_auto_reset(reset, step_no_reset, split_key: bool = True):
+    """The auto-resetting step made of `step_no_reset` and `reset`: where an episode ended, the state and `obs`
+    (and its mask) are a fresh reset's, drawn with the second half of the split key; `final_obs` keeps the
+    observation the episode ended on."""
+
+    def step(key, state, action):
+        key_step, key_reset = jax.random.split(key) if split_key else (key, key)
+        next_state, out = step_no_reset(key_step, state, action)
+        reset_state, first = reset(key_reset)
+        done = jnp.logical_or(out.terminated, out.truncated)
+        return _select(done, reset_state, next_state), out.replace(
+            obs=jax.lax.select(done, first.obs, out.obs), action_mask=jax.lax.select(done, first.action_mask,
+                                                                                   out.action_mask))
+
+    return step
 
 
 def _probe_spec(name, reset_fn, discrete, action_dim, low=(), high=()) -> EnvSpec:
@@ -196,34 +234,32 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
         spec = dataclasses.replace(spec, action_groups=tuple((str(n), int(a), int(b)) for n, a, b in env.action_groups))
     spec = with_episode_stats(with_obs_structure(spec, env), env)
 
-    def reset(key):
-        state, obs_tree = raw_reset(key)
-        zero = jnp.zeros((), bool)
-        return state, _finish(spec, obs_tree, 0.0, zero, zero, obs_tree, {})
+    reset = _reset_from(spec, raw_reset)
 
-    def step(key, state, action):
-        if not discrete and not getattr(space, "shape", ()):
-            action = action.reshape(())
-        if getattr(env, "step_and_reset", None):
-            new_obs, new_state, reward, terminated, truncated, info = env.step_and_reset(key, state, action, params)
-            return new_state, _finish(spec, new_obs, reward, terminated, truncated, info["final_observation"],
-                                      _info_extras(info, spec))
-        key_step, key_reset = jax.random.split(key)
-        out = env.step_env(key_step, state, action, params)
-        obs_tree, next_state, reward, done, info = out
+    scalar_action = not discrete and not getattr(space, "shape", ())  # a Box of shape (): the env wants a scalar
+
+    def step_no_reset(key, state, action):
+        action = action.reshape(()) if scalar_action else action
+        obs_tree, next_state, reward, done, info = env.step_env(key, state, action, params)
         if five_tuple:  # craftax: `done` already merges termination and the time limit
             truncated = env.is_truncated(next_state, params) if hasattr(env, "is_truncated") else False
             terminated = jnp.logical_and(done, ~jnp.asarray(truncated, bool))
         else:
             terminated = done
             truncated = env.is_truncated(next_state, params)
-        finished = jnp.logical_or(terminated, truncated)
-        reset_obs, reset_state = env.reset_env(key_reset, params)
-        new_state = _select(finished, reset_state, next_state)
-        new_obs = _select(finished, reset_obs, obs_tree)
-        return new_state, _finish(spec, new_obs, reward, terminated, truncated, obs_tree, _info_extras(info, spec))
+        return next_state, _finish(spec, obs_tree, reward, terminated, truncated, obs_tree, _info_extras(info, spec))
 
-    return AdaptedEnv(spec=spec, reset=reset, step=step, raw_env=env, raw_params=params)
+    if getattr(env, "step_and_reset", None):
+        def step(key, state, action):
+            action = action.reshape(()) if scalar_action else action
+            new_obs, new_state, reward, terminated, truncated, info = env.step_and_reset(key, state, action, params)
+            return new_state, _finish(spec, new_obs, reward, terminated, truncated, info["final_observation"],
+                                      _info_extras(info, spec))
+    else:
+        step = _with_auto_reset(reset, step_no_reset)
+
+    return AdaptedEnv(spec=spec, reset=reset, step=step, step_no_reset=step_no_reset, raw_env=env, raw_params=params,
+                      presentation=presentation_of(env, spec, gymnax_frames(env, params)))
 
 
 def adapt_jumanji(env, name: str) -> AdaptedEnv:
@@ -255,23 +291,20 @@ def adapt_jumanji(env, name: str) -> AdaptedEnv:
 
     spec = with_episode_stats(with_obs_structure(_probe_spec(name, raw_reset, True, action_dim), env), env)
 
-    def reset(key):
-        state, obs_tree = raw_reset(key)
-        zero = jnp.zeros((), bool)
-        return state, _finish(spec, obs_tree, 0.0, zero, zero, obs_tree, {})
+    reset = _reset_from(spec, raw_reset)
 
-    def step(key, state, action):
+    def step_no_reset(key, state, action):
         next_state, timestep = env.step(state, action.astype(jnp.int32))
         last = timestep.last()
         terminated = jnp.logical_and(last, timestep.discount == 0)
         truncated = jnp.logical_and(last, timestep.discount != 0)
-        reset_state, reset_obs = raw_reset(key)
-        new_state = _select(last, reset_state, next_state)
-        new_obs = _select(last, reset_obs, observation(timestep))
-        return new_state, _finish(spec, new_obs, timestep.reward, terminated, truncated, observation(timestep),
-                                  _info_extras(timestep.extras or {}, spec))
+        obs = observation(timestep)
+        return next_state, _finish(spec, obs, timestep.reward, terminated, truncated, obs,
+                                   _info_extras(timestep.extras or {}, spec))
 
-    return AdaptedEnv(spec=spec, reset=reset, step=step, raw_env=env)
+    # jumanji's step takes no key: the reset after an episode gets the step's key itself
+    return AdaptedEnv(spec=spec, reset=reset, step=_with_auto_reset(reset, step_no_reset, split_key=False),
+                      step_no_reset=step_no_reset, raw_env=env, presentation=presentation_of(env, spec))
 
 
 def adapt_deepsea(size: int, stochastic: bool = False, name: str | None = None) -> AdaptedEnv:

@@ -81,6 +81,13 @@ class HackMatrix(environment.Environment):
     episode_stats = EPISODE_STATS
 
     @property
+    def presentation(self):
+        """How tools show HackMatrix (envs/presentation.py): names, outcome, status line, text board, frames."""
+        from .presentation import PRESENTATION
+
+        return PRESENTATION
+
+    @property
     def default_params(self) -> EnvParams:
         return EnvParams()
 

@@ -16,7 +16,7 @@ Inside a cell (text in a built-in 3x5 bitmap font scaled x2, no font files):
   a transmission as `T<turns>` in magenta, `+n` when more entities share the cell;
 * the bottom line: resource stacks `C<n>` (gold) and `E<n>` (cyan).
 
-`draw_text_np` renders a string with the same font in numpy (used by the watch tool for captions).
+The font is `hephaestus/bitmap_font.py` (the watch tool captions its frames with it too).
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from hephaestus.bitmap_font import CODE, SCALE, SPACE, draw_text_np, encode, glyph_block  # noqa: F401
+
 from .constants import BLOCK, DATA_SIPHON, EXIT, NCELLS, PROGRAM_NAMES
 
 CELL = 64
 BOARD = 6 * CELL
 PANEL = 56
 HEIGHT, WIDTH = BOARD + PANEL, BOARD
-SCALE = 2  # font scale: glyphs 6 x 10 px, advance 8 x 12 px
 CHAR_W, CHAR_H = 4 * SCALE, 6 * SCALE
 CELL_LINES, CELL_CHARS = 5, 7
 TEXT_X0, TEXT_Y0 = 4, 3  # text origin inside a cell
@@ -53,63 +54,6 @@ COL_ENERGY = (90, 220, 255)
 COL_TEXT = (235, 235, 235)
 COL_PANEL = (14, 14, 20)
 SIPHONED_DIM = 0.5  # siphoned blocks: background times this
-
-# ------------------------------------------------------------------------------------------------ font
-_GLYPHS = {
-    " ": "000000000000000", "0": "111101101101111", "1": "010110010010111", "2": "111001111100111",
-    "3": "111001111001111", "4": "101101111001001", "5": "111100111001111", "6": "111100111101111",
-    "7": "111001001001001", "8": "111101111101111", "9": "111101111001111", "A": "010101111101101",
-    "B": "110101110101110", "C": "011100100100011", "D": "110101101101110", "E": "111100110100111",
-    "F": "111100110100100", "G": "011100101101011", "H": "101101111101101", "I": "111010010010111",
-    "J": "001001001101010", "K": "101101110101101", "L": "100100100100111", "M": "101111111101101",
-    "N": "110101101101101", "O": "010101101101010", "P": "110101110100100", "Q": "010101101110011",
-    "R": "110101110101101", "S": "011100010001110", "T": "111010010010010", "U": "101101101101111",
-    "V": "101101101101010", "W": "101101111111101", "X": "101101010101101", "Y": "101101010010010",
-    "Z": "111001010100111", "+": "000010111010000", "-": "000000111000000", "*": "000101010101000",
-    "/": "001001010100100", "?": "111001010000010", "!": "010010010000010", ":": "000010000010000",
-    ".": "000000000000010", "_": "000000000000111", "=": "000111000111000", "~": "000011110000000",
-    "@": "010101111100011", "$": "011110010011110", "(": "010100100100010", ")": "010001001001010",
-    "#": "101111101111101", "%": "101001010100101", ">": "100010001010100", "<": "001010100010001",
-    ",": "000000000010100", "'": "010010000000000", "|": "010010010010010", "&": "010101010101011",
-}
-CHARSET = "".join(_GLYPHS)
-FONT = np.array([[int(b) for b in _GLYPHS[ch]] for ch in CHARSET], bool).reshape(len(CHARSET), 5, 3)
-_CODE = {ch: i for i, ch in enumerate(CHARSET)}
-SPACE = _CODE[" "]
-
-
-def encode(text: str, width: int | None = None) -> np.ndarray:
-    """Character codes of `text` (upper-cased; unknown characters become '?'), padded/cut to `width`."""
-    text = text.upper()
-    if width is not None:
-        text = text[:width].ljust(width)
-    return np.array([_CODE.get(ch, _CODE["?"]) for ch in text], np.int32)
-
-
-def _glyph_block(xp, codes, scale=SCALE):
-    """codes[..., n] -> bool[..., 6*scale, n*4*scale] text mask (1 px column / row of spacing per glyph)."""
-    font = xp.asarray(FONT)
-    g = font[codes]  # [..., n, 5, 3]
-    pad = [(0, 0)] * (g.ndim - 2) + [(0, 1), (0, 1)]
-    g = xp.pad(g, pad)  # [..., n, 6, 4]
-    g = xp.repeat(xp.repeat(g, scale, axis=-2), scale, axis=-1)  # [..., n, 6s, 4s]
-    g = xp.moveaxis(g, -3, -2)  # [..., 6s, n, 4s]
-    return g.reshape(g.shape[:-2] + (g.shape[-2] * g.shape[-1],))
-
-
-def draw_text_np(img: np.ndarray, text: str, x: int, y: int, color, scale: int = SCALE) -> np.ndarray:
-    """Draw `text` in place on a uint8[H, W, 3] image with its top-left corner at (x, y); clipped."""
-    if not text:
-        return img
-    mask = _glyph_block(np, encode(text), scale)
-    h, w = img.shape[:2]
-    mh, mw = min(mask.shape[0], h - y), min(mask.shape[1], w - x)
-    if mh <= 0 or mw <= 0:
-        return img
-    region = img[y:y + mh, x:x + mw]
-    region[mask[:mh, :mw]] = np.asarray(color, np.uint8)
-    return img
-
 
 # --------------------------------------------------------------------------------------- jnp text helpers
 _DIGITS = jnp.asarray(encode("0123456789"))
@@ -183,17 +127,17 @@ def _cell_text(state):
                                 jnp.where((content == DATA_SIPHON)[:, None],
                                           _place(blank, _const("SIPH", (n,)), zeros), blank)))
     # siphon centre marker at the right end of line 0
-    line0 = jnp.where((jnp.arange(w) == w - 1) & state.siphon_center[:, None], _CODE["+"], line0)
+    line0 = jnp.where((jnp.arange(w) == w - 1) & state.siphon_center[:, None], CODE["+"], line0)
 
     # line 2: first entity (centred-ish) and how many more
     has, enemy, etype, hp, turns, stunned, disabled, count = _entity_summary(state)
-    letter = jnp.where(enemy, jnp.asarray(_LETTERS_ENEMY)[jnp.clip(etype, 0, 3)], _CODE["T"])
+    letter = jnp.where(enemy, jnp.asarray(_LETTERS_ENEMY)[jnp.clip(etype, 0, 3)], CODE["T"])
     val, nv = _num(jnp.where(enemy, hp, turns), 2)
     ent = _place(_place(blank, letter[:, None], zeros + 2), val, zeros + 3)
-    flag = jnp.where(stunned, _CODE["!"], jnp.where(disabled, _CODE["~"], SPACE))
+    flag = jnp.where(stunned, CODE["!"], jnp.where(disabled, CODE["~"], SPACE))
     ent = _place(ent, jnp.where(enemy, flag, SPACE)[:, None], 3 + nv)
     more, _ = _num(count - 1, 1)
-    ent = jnp.where((jnp.arange(w) == 5) & (count > 1)[:, None], _CODE["+"], ent)
+    ent = jnp.where((jnp.arange(w) == 5) & (count > 1)[:, None], CODE["+"], ent)
     ent = jnp.where((jnp.arange(w) == 6) & (count > 1)[:, None], more[:, :1], ent)
     line2 = jnp.where(has[:, None], ent, blank)
     ent_col = jnp.where(enemy, 1, 0)[:, None]  # 1 enemy, 0 transmission
@@ -266,7 +210,7 @@ def render_rgb(state) -> jnp.ndarray:
     img = jnp.where(is_player[:, None, None, None] & disc[None, :, :, None], _rgb(COL_PLAYER), img)
     # text
     codes, colors = _cell_text(state)
-    mask = _glyph_block(jnp, codes)  # [36, 5, 12, 28*...]: per line [12, 7*8]
+    mask = glyph_block(jnp, codes)  # [36, 5, 12, 28*...]: per line [12, 7*8]
     th, tw = mask.shape[-2], mask.shape[-1]
     char_of_x = jnp.arange(tw) // CHAR_W  # [tw]
     color_px = colors[:, :, char_of_x, :]  # [36, L, tw, 3]
@@ -287,7 +231,7 @@ def render_rgb(state) -> jnp.ndarray:
     board = img.reshape(6, 6, CELL, CELL, 3)[::-1].transpose(0, 2, 1, 3, 4).reshape(BOARD, BOARD, 3)
     # status panel
     pcodes = _panel_codes(state)
-    pmask = _glyph_block(jnp, pcodes)  # [3, 12, w*8]
+    pmask = glyph_block(jnp, pcodes)  # [3, 12, w*8]
     pmask = pmask.reshape(-1, pmask.shape[-1])
     panel = jnp.broadcast_to(_rgb(COL_PANEL), (PANEL, WIDTH, 3))
     pm = jnp.zeros((PANEL, WIDTH), bool).at[8:8 + pmask.shape[0], 4:4 + pmask.shape[1]].set(pmask)
