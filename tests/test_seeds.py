@@ -19,6 +19,7 @@ SEED, SEEDS = 5, 3
 TINY = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
         "--num-layers", "1", "--log-interval", "2", "--num-minibatches", "2", "--update-epochs", "2", "--no-wandb",
         "--total-timesteps", str(4 * 64), "--save-interval", "2"]
+EVAL = ["--eval-every", "2", "--eval-episodes", "4", "--eval-max-steps", "30", "--final-eval-episodes", "6"]
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +31,7 @@ def no_wandb(monkeypatch, tmp_path):
 @pytest.fixture(scope="module")
 def multi(tmp_path_factory):
     base = tmp_path_factory.mktemp("seeds")
-    assert main(*TINY, "--seed", str(SEED), "--num-seeds", str(SEEDS), "--run-name", "multi",
+    assert main(*TINY, *EVAL, "--seed", str(SEED), "--num-seeds", str(SEEDS), "--run-name", "multi",
                 "--checkpoint-dir", str(base)) == 0
     return base / "multi"
 
@@ -70,6 +71,33 @@ def test_metrics_hold_mean_std_iqm_and_per_seed_values(multi):
         assert r["mean_episode_return/std"] == pytest.approx(np.std(returns, ddof=1))
         assert r["mean_episode_return/iqm"] == pytest.approx(np.mean(returns))  # 3 values: nothing trimmed
         assert "mean_episode_length/std" in r and "entropy/std" not in r
+
+
+def test_every_seed_is_evaluated_as_its_single_seed_run_would_be(multi):
+    """--eval-every and the final evaluation of a --num-seeds run: one vmapped program evaluates every agent, agent
+    i with the key of a single run seeded SEED + i; the record holds the mean over seeds and per-seed values."""
+    from hephaestus.envs.registry import make_env
+    from hephaestus.evaluation import Evaluator, eval_key
+    from hephaestus.export import network_from_meta
+
+    rs = records(multi)
+    for r in rs:  # updates 2 and 4, both multiples of --eval-every 2
+        values = r["per_seed"]["eval/return_mean"]
+        assert len(values) == SEEDS and r["eval/return_mean"] == pytest.approx(np.mean(values))
+        assert r["eval/episodes"] == 4 and "eval/return_mean/std" in r
+    data = json.loads((multi / "eval.json").read_text())
+    assert data["num_seeds"] == SEEDS and data["episodes"] == 6
+    returns = np.array(data["per_episode"]["eval/"]["return"])
+    assert returns.shape == (SEEDS, 6)
+    assert data["metrics"]["per_seed"]["eval/return_mean"] == pytest.approx(returns.mean(1).tolist())
+    # Seed by seed, the same numbers as a one-agent evaluation of that agent's parameters with its own key.
+    params, meta = load_params_npz(str(multi / "final_params.npz"))
+    env, network = make_env("gymnax:CartPole-v1"), network_from_meta(meta)
+    single = Evaluator(env, network, episodes=6, max_steps=30, batch=4)
+    for i in range(SEEDS):
+        one, _ = select_seed(params, meta, i)
+        _, raw = single(one, eval_key(SEED + i, 4))
+        np.testing.assert_array_equal(raw["eval/"]["return"], returns[i])
 
 
 def test_seeds_reduce_iqm_and_logged_keys():

@@ -258,9 +258,6 @@ def validate(config: TrainConfig) -> None:
     for name in ("eval_every", "final_eval_episodes"):
         if getattr(config, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (0 = off), got {getattr(config, name)}")
-    if config.eval_every and config.num_seeds > 1:
-        raise ConfigError("--eval-every does not support --num-seeds > 1 yet (evaluate a seed's parameters with "
-                          "scripts/evaluate.py --seed-index)")
     for name in ("eval_episodes", "eval_max_steps"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")

@@ -22,7 +22,6 @@ The training loop runs it every `--eval-every` updates (loop.py), train.py once 
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -105,46 +104,69 @@ def summarise(out: dict, stats, prefix: str = "eval/") -> dict:
     return metrics
 
 
-def run_in_batches(program, params, key, episodes: int, batch: int) -> dict:
+def run_in_batches(program, params, key, episodes: int, batch: int, seeds: bool = False) -> dict:
     """`episodes` episodes from a program compiled for `batch` parallel ones: ceil(episodes / batch) calls with
     keys fold_in(key, i), concatenated and cut to `episodes`. One compiled program then serves evaluations of
-    any size (the HackMatrix step makes each new size a compile of a minute or more)."""
+    any size (the HackMatrix step makes each new size a compile of a minute or more). `seeds`: the program is
+    vmapped over a leading seed axis of `params` and `key` (one key per seed); outputs are [seeds, episodes]."""
     import jax
 
-    outs = [jax.device_get(program(params, jax.random.fold_in(key, i))) for i in range(-(-episodes // batch))]
-    return jax.tree.map(lambda *xs: np.concatenate(xs)[:episodes], *outs)
+    fold = jax.vmap(jax.random.fold_in, in_axes=(0, None)) if seeds else jax.random.fold_in
+    outs = [jax.device_get(program(params, fold(key, i))) for i in range(-(-episodes // batch))]
+    axis = 1 if seeds else 0
+    return jax.tree.map(lambda *xs: np.take(np.concatenate(xs, axis=axis), np.arange(episodes), axis=axis), *outs)
 
 
 class Evaluator:
     """Compiles the evaluation programs a run asks for once and runs them (the loop and train.py use it):
-    `episodes` episodes each time, `batch` of them in parallel (default: all)."""
+    `episodes` episodes each time, `batch` of them in parallel (default: all).
 
-    def __init__(self, env, network, episodes: int, max_steps: int, sampled: bool = False, batch: int = 0):
+    With `num_seeds` S > 1 the parameters carry a leading [S] axis (a --num-seeds run) and the programs are vmapped
+    over it: one call evaluates every agent, agent i with its own key."""
+
+    def __init__(self, env, network, episodes: int, max_steps: int, sampled: bool = False, batch: int = 0,
+                 num_seeds: int = 1):
+        import jax
+
         self.stats = env.spec.episode_stats
-        self.episodes, self.batch = episodes, batch or episodes
-        self.programs = {"eval/": make_evaluator(env, network, self.batch, max_steps, "greedy")}
-        if sampled:
-            self.programs["eval_sampled/"] = make_evaluator(env, network, self.batch, max_steps, "sampled")
+        self.episodes, self.batch, self.num_seeds = episodes, batch or episodes, num_seeds
+        policies = {"eval/": "greedy", **({"eval_sampled/": "sampled"} if sampled else {})}
+        self.programs = {prefix: make_evaluator(env, network, self.batch, max_steps, policy)
+                         for prefix, policy in policies.items()}
+        if num_seeds > 1:
+            self.programs = {prefix: jax.jit(jax.vmap(program)) for prefix, program in self.programs.items()}
         self.compiled = False
 
     def __call__(self, params, key) -> tuple[dict, dict]:
-        """(metrics, raw per-episode arrays by prefix). Blocks until done."""
+        """(metrics, raw per-episode arrays by prefix). Blocks until done. With several seeds `key` holds one key
+        per seed, the raw arrays are [seeds, episodes] and the metrics are those of `sinks.combine_seeds` (mean
+        over seeds, `/std`, `/iqm`, `per_seed`)."""
         import jax
 
-        metrics, raw = {}, {}
+        from hephaestus.sinks import combine_seeds
+
+        seeds = self.num_seeds > 1
+        fold = jax.vmap(jax.random.fold_in, in_axes=(0, None)) if seeds else jax.random.fold_in
+        per_seed, raw = [{} for _ in range(self.num_seeds)], {}
         for i, (prefix, program) in enumerate(self.programs.items()):
-            out = run_in_batches(program, params, jax.random.fold_in(key, i), self.episodes, self.batch)
+            out = run_in_batches(program, params, fold(key, i), self.episodes, self.batch, seeds=seeds)
             raw[prefix] = out
-            metrics.update(summarise(out, self.stats, prefix))
+            for s, metrics in enumerate(per_seed):
+                metrics.update(summarise(jax.tree.map(lambda x: x[s], out) if seeds else out, self.stats, prefix))
         self.compiled = True
-        return metrics, raw
+        return (combine_seeds(per_seed) if seeds else per_seed[0]), raw
 
 
-def eval_key(seed: int, update: int):
-    """The evaluation key after `update` updates: its own stream, so evaluating never changes training."""
+def eval_key(seed: int, update: int, num_seeds: int = 1):
+    """The evaluation key after `update` updates: its own stream, so evaluating never changes training. With
+    `num_seeds` S > 1, S keys: agent i (seeded seed + i) gets the key a single run seeded seed + i would use."""
     import jax
+    import jax.numpy as jnp
 
-    return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), 0x65766C), update)
+    def one(s):
+        return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(s), 0x65766C), update)
+
+    return one(seed) if num_seeds == 1 else jnp.stack([one(seed + i) for i in range(num_seeds)])
 
 
 # ------------------------------------------------------------------------------------------------ text
@@ -168,10 +190,14 @@ def summary_lines(metrics: dict, prefix: str = "eval/") -> list[str]:
 
 
 def write_eval_json(path: str, metrics: dict, raw: dict, info: dict) -> str:
-    """eval.json: what was evaluated (`info`), the metrics, and the per-episode returns and lengths."""
-    episodes = {prefix: {"return": [float(x) for x in out["return"]], "length": [int(x) for x in out["length"]],
-                         "finished": [bool(x) for x in out["finished"]]} for prefix, out in raw.items()}
-    clean = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in metrics.items()}
+    """eval.json: what was evaluated (`info`), the metrics, and the per-episode returns and lengths (one list per
+    seed for a --num-seeds run)."""
+    from hephaestus.sinks import json_clean
+
+    episodes = {prefix: {"return": np.asarray(out["return"], float).tolist(),
+                         "length": np.asarray(out["length"], int).tolist(),
+                         "finished": np.asarray(out["finished"], bool).tolist()} for prefix, out in raw.items()}
+    clean = json_clean(metrics)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump({**info, "metrics": clean, "per_episode": episodes}, f, indent=1)
@@ -187,20 +213,19 @@ def final_evaluation(trainer, runner_state, run_dir: str, message=print) -> dict
     config = trainer.config
     if config.final_eval_episodes <= 0:
         return None
-    if getattr(config, "num_seeds", 1) > 1:
-        message("final evaluation: not yet for --num-seeds > 1; run scripts/evaluate.py RUN --seed-index I")
-        return None
+    num_seeds = getattr(config, "num_seeds", 1)
     update = int(jax.device_get(runner_state.update_step))
     t0 = time.perf_counter()
     # in batches of --eval-episodes: the periodic evaluation's compiled program serves this one too
     evaluator = Evaluator(trainer.env, trainer.network, config.final_eval_episodes, config.eval_max_steps,
-                          config.eval_sampled, batch=min(config.eval_episodes, config.final_eval_episodes))
-    metrics, raw = evaluator(runner_state.train_state.params, eval_key(config.seed, update))
+                          config.eval_sampled, batch=min(config.eval_episodes, config.final_eval_episodes),
+                          num_seeds=num_seeds)
+    metrics, raw = evaluator(runner_state.train_state.params, eval_key(config.seed, update, num_seeds))
     info = {"source": "final evaluation of the run", "env": config.env, "update": update,
             "env_steps": update * config.batch_size, "episodes": config.final_eval_episodes,
             "max_steps": config.eval_max_steps,
             "batch": evaluator.batch, "policies": ["greedy"] + (["sampled"] if config.eval_sampled else []),
-            "seed": config.seed}
+            "seed": config.seed, "num_seeds": num_seeds}
     path = write_eval_json(os.path.join(run_dir, EVAL_JSON), metrics, raw, info)
     message(f"final evaluation ({time.perf_counter() - t0:.1f}s, compile included):")
     for prefix in evaluator.programs:

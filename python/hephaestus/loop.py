@@ -103,7 +103,7 @@ def evaluate_now(evaluator, runner, seed: int, update: int, message) -> dict:
 
     first = not evaluator.compiled
     t0 = time.perf_counter()
-    metrics, _ = evaluator(runner.train_state.params, eval_key(seed, update))
+    metrics, _ = evaluator(runner.train_state.params, eval_key(seed, update, evaluator.num_seeds))
     seconds = time.perf_counter() - t0
     if first:
         message(f"eval: first evaluation {seconds:.1f}s (compile included)")
@@ -134,7 +134,7 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
     if config.eval_every:
         from hephaestus.evaluation import Evaluator
         evaluator = Evaluator(trainer.env, trainer.network, config.eval_episodes, config.eval_max_steps,
-                              config.eval_sampled)
+                              config.eval_sampled, num_seeds=num_seeds)
 
     while done_updates < total_updates:
         n = min(config.log_interval, total_updates - done_updates)
@@ -178,7 +178,10 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
         record["eta_seconds"] = (total_updates - done_updates) * steps_per_update / max(avg_sps, 1e-9)
         record.update(chunk_reduce(metrics) if num_seeds == 1 else seeds_reduce(metrics))
         if evaluator is not None and done_updates // config.eval_every > before // config.eval_every:
-            record.update(evaluate_now(evaluator, runner, config.seed, done_updates, message))
+            evaluation = evaluate_now(evaluator, runner, config.seed, done_updates, message)
+            if "per_seed" in evaluation:  # a --num-seeds run: the eval/ keys join the chunk's per-seed lists
+                record["per_seed"].update(evaluation.pop("per_seed"))
+            record.update(evaluation)
         result.records.append(record)
         for sink in list(sinks):
             try:

@@ -64,7 +64,13 @@ def seeds_reduce(metrics: dict) -> dict:
     the per-seed `chunk_reduce` value; headline keys add `<key>/std` (sample std over seeds) and `<key>/iqm`;
     `per_seed` maps every key to the list of per-seed values."""
     num_seeds = np.shape(next(iter(metrics.values())))[1]
-    per_seed = [chunk_reduce({k: np.asarray(v)[:, i] for k, v in metrics.items()}) for i in range(num_seeds)]
+    return combine_seeds([chunk_reduce({k: np.asarray(v)[:, i] for k, v in metrics.items()})
+                          for i in range(num_seeds)])
+
+
+def combine_seeds(per_seed: list[dict]) -> dict:
+    """One record from one record per seed: each key the mean over seeds, headline, `eval/` and `episode/` keys
+    also `<key>/std` and `<key>/iqm`, and `per_seed` mapping every key to the per-seed values."""
     out = {}
     keys = list(dict.fromkeys(k for r in per_seed for k in r))  # episode/ keys are absent where no episode ended
     per_seed = [{k: r.get(k, float("nan")) for k in keys} for r in per_seed]
