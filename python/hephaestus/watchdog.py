@@ -42,8 +42,11 @@ class StartupWatchdog:
             self._thread.start()
 
     def stop(self) -> None:
+        """Stop watching for good; returns once the thread has ended (it wakes at once)."""
         self.enter(None)
         self._stopped.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
 
     def check(self) -> str | None:
         """Take one sample; the one-line message if the watched phase made no CPU progress for `timeout` seconds."""
