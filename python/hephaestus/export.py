@@ -53,15 +53,13 @@ def unflatten_params(flat: dict[str, np.ndarray]) -> dict:
 
 def network_meta(spec, config) -> dict:
     """The resolved network description (no "auto" left), enough for `network_from_meta` to rebuild it."""
-    from hephaestus.config import resolve_encoder, resolve_obs_dtype
-
-    encoder = resolve_encoder(config, spec)
+    encoder = config.network.encoder
     meta = {"obs_dim": spec.obs_dim, "action_dim": spec.action_dim, "discrete": spec.discrete,
             "action_low": list(spec.action_low), "action_high": list(spec.action_high),
-            "hidden_dim": config.hidden_dim, "num_layers": config.num_layers, "activation": config.activation,
-            "encoder": encoder, "obs_dtype": resolve_obs_dtype(config, spec)}
+            "hidden_dim": config.network.hidden_dim, "num_layers": config.network.num_layers, "activation": config.network.activation,
+            "encoder": encoder, "obs_dtype": config.network.obs_dtype}
     if encoder == "cells":
-        meta.update(obs_cells=list(spec.obs_cells), cell_dim=config.cell_dim)
+        meta.update(obs_cells=list(spec.obs_cells), cell_dim=config.network.cell_dim)
     return meta
 
 

@@ -27,7 +27,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hephaestus.config import resolve_encoder, resolve_obs_dtype
 
 # Finite, so masked entries give exp() == 0 exactly and 0 * logit stays 0 (−inf would make NaNs).
 MASKED_LOGIT = -1e9
@@ -121,12 +120,12 @@ def round_obs(obs, obs_dtype):
 
 
 def make_network(spec, config) -> ActorCritic:
-    obs_cells = tuple(spec.obs_cells) if resolve_encoder(config, spec) == "cells" else None
-    return ActorCritic(action_dim=spec.action_dim, discrete=spec.discrete, hidden_dim=config.hidden_dim,
-                       num_layers=config.num_layers, activation=config.activation,
-                       dtype=jnp.bfloat16 if config.dtype == "bfloat16" else jnp.float32,
-                       obs_dtype=jnp.dtype(resolve_obs_dtype(config, spec)), obs_cells=obs_cells,
-                       cell_dim=config.cell_dim, action_low=tuple(spec.action_low),
+    obs_cells = tuple(spec.obs_cells) if config.network.encoder == "cells" else None
+    return ActorCritic(action_dim=spec.action_dim, discrete=spec.discrete, hidden_dim=config.network.hidden_dim,
+                       num_layers=config.network.num_layers, activation=config.network.activation,
+                       dtype=jnp.bfloat16 if config.network.dtype == "bfloat16" else jnp.float32,
+                       obs_dtype=jnp.dtype(config.network.obs_dtype), obs_cells=obs_cells,
+                       cell_dim=config.network.cell_dim, action_low=tuple(spec.action_low),
                        action_high=tuple(spec.action_high))
 
 
