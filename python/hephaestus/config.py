@@ -344,6 +344,8 @@ class Option:
         kind, choices = self.kind()
         if value is None and self.optional:
             return None
+        if kind in ("int", "float") and isinstance(value, str):
+            value = _number_text(value, whole=kind == "int")  # YAML reads 1e8 and 3e-4 as strings
         ok = {"bool": isinstance(value, bool),
               "int": isinstance(value, int) and not isinstance(value, bool),
               "float": isinstance(value, (int, float)) and not isinstance(value, bool),
@@ -357,6 +359,18 @@ class Option:
         if kind == "float":
             return float(value)
         return tuple(value) if kind == "tuple" else value
+
+
+def _number_text(text: str, whole: bool):
+    """1e8 -> 100000000 (whole numbers for int options), 3e-4 -> 0.0003; anything else is returned unchanged (and
+    then refused by the type check)."""
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        return text
+    if not math.isfinite(value) or (whole and value != int(value)):
+        return text
+    return int(value) if whole else value
 
 
 def _field_docs(cls) -> dict[str, str]:
