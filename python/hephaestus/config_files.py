@@ -7,6 +7,10 @@
     stages: {dtc: {seq_len: 8}}  # a stage family's options (stage_options.py)
     agent: dtc
 
+`--config NAME` with a bare name is the preset configs/NAME.yaml of this repository, and a relative path that does
+not exist from the current directory is looked up from the repository's root (so the documented
+`--config configs/cartpole.yaml` works from any directory).
+
 Keys are the dataclass fields (config.py), so a file reads like the config it builds. Values are type-checked.
 A bad file (unreadable, not YAML, an unknown key, a wrong type, a missing or circular base) is one ConfigError line.
 """
@@ -16,6 +20,19 @@ from __future__ import annotations
 import os
 
 from hephaestus.config import ConfigError, TrainConfig, options
+
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def find_config_file(path: str) -> str:
+    """`path` itself if it exists, else the repository's preset of that name or path (see the module doc)."""
+    if os.path.exists(path) or os.path.isabs(path):
+        return path
+    candidates = [os.path.join(REPO_ROOT, path)]
+    if os.sep not in path and not path.endswith((".yaml", ".yml")):
+        candidates.insert(0, os.path.join(REPO_ROOT, "configs", path + ".yaml"))
+    return next((c for c in candidates if os.path.exists(c)), path)
 
 
 def read_config_file(path: str, _seen: tuple = ()) -> dict:
@@ -78,4 +95,4 @@ def _flatten(data: dict, path: str) -> dict:
 
 def load_config_file(path: str, base: TrainConfig | None = None) -> TrainConfig:
     """`base` (default: the defaults) with the options of the file `path` (and its base chain)."""
-    return (base or TrainConfig()).replace(**read_config_file(path))
+    return (base or TrainConfig()).replace(**read_config_file(find_config_file(path)))
