@@ -27,7 +27,6 @@ config is the checkpoint's stored resolved config (`config_of`) with the options
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import time

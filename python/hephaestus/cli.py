@@ -20,7 +20,7 @@ import argparse
 import math
 import sys
 
-from hephaestus.config import ConfigError, Option, TrainConfig, options
+from hephaestus.config import Option, TrainConfig, options
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -28,6 +28,7 @@ import inspect
 import math
 import os
 import textwrap
+import types
 import typing
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -318,7 +319,7 @@ class Option:
     def kind(self) -> tuple[str, tuple]:
         """("int" | "float" | "bool" | "str" | "tuple", choices) with Optional stripped."""
         t = self.type
-        if typing.get_origin(t) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if typing.get_origin(t) in (typing.Union, types.UnionType):
             t = next(a for a in typing.get_args(t) if a is not type(None))
         if typing.get_origin(t) is Literal:
             return "str", typing.get_args(t)
@@ -397,7 +398,7 @@ def _walk(cls, path: tuple, prefix: str, group: str):
         if dataclasses.is_dataclass(t):
             if path == () and f.name == "stages":
                 for family in (x.name for x in dataclasses.fields(t)):
-                    sub = hints_of(t)[family]
+                    sub = typing.get_type_hints(t)[family]
                     yield from _walk(sub, ("stages", family), family + "_", f"stage options: {family}")
             else:
                 yield from _walk(t, path + (f.name,), "", (t.__doc__ or f.name).strip())
@@ -406,10 +407,6 @@ def _walk(cls, path: tuple, prefix: str, group: str):
         flat = f.metadata.get("flat", prefix + f.name)
         yield Option(flat=flat, path=path + (f.name,), type=t, default=default, help=docs.get(f.name, ""),
                      group=group, metadata=f.metadata)
-
-
-def hints_of(cls) -> dict:
-    return typing.get_type_hints(cls)
 
 
 @lru_cache(maxsize=None)
