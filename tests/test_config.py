@@ -123,3 +123,22 @@ def test_flags_and_config_from_args_agree():
     assert config.extra_stages == ("a", "b") and config.stages.dtc.bootstrap is False
     assert config.logging.wandb_artifacts is False and config.agent == "rnd"
     assert resolve(config.replace(extra_stages=()))[0].extra_stages == ("rnd",)
+
+
+def test_resolve_settles_every_auto_once_and_is_idempotent():
+    from hephaestus.envs.adapters import EnvSpec
+
+    hm = EnvSpec(name="hackmatrix", obs_dim=1545, discrete=True, action_dim=28, obs_cells=(33, 36, 42),
+                 obs_quanta=(1.0,) * 1545)
+    raw = TrainConfig.from_flat(env="hackmatrix", num_envs=2048, agent="disagreement", dtc_replay_capacity=1 << 15)
+    assert None in (raw.ppo.ent_coef, raw.network.hidden_dim, raw.ppo.num_minibatches) and raw.run.run_name == ""
+    config, note = resolve(raw, hm)
+    assert (config.ppo.ent_coef, config.network.hidden_dim) == (0.03, 256)
+    assert (config.ppo.num_minibatches, config.ppo.update_epochs) == (32, 2) and note.startswith("auto-scale: batch")
+    assert (config.network.encoder, config.network.obs_dtype) == ("mlp", "float32")  # DTC reads float observations
+    assert config.extra_stages == cfg.DTC_STAGES and config.stages.dtc.competence_coef == 0.0
+    assert config.run.run_name == "hackmatrix_s0"
+    again, note_again = resolve(config, hm)
+    assert again == config and note_again == ""  # stored values are what auto-scale chose: nothing to say
+    with pytest.raises(ConfigError, match="resolve\\(config\\) first"):
+        cfg.resolve_for_env(raw, hm)

@@ -479,7 +479,9 @@ def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
         if config.batch_size > REFERENCE_BATCH:
             note = (f"auto-scale: batch {config.batch_size:,} -> {minibatches} minibatches of "
                     f"{config.batch_size // minibatches:,} x {epochs} epochs = {minibatches * epochs} gradient steps")
-    elif config.batch_size > REFERENCE_BATCH:
+    elif config.batch_size > REFERENCE_BATCH and \
+            (minibatches, epochs) != auto_scale_for_batch_size(config.env.num_envs, config.env.num_steps):
+        # (a resumed run's stored values are the ones auto-scale chose: nothing to say then)
         which = " and ".join(n for n, v in (("--num-minibatches", minibatches), ("--update-epochs", epochs)) if v)
         note = f"auto-scale: off ({which} set explicitly)"
     config = config.replace(num_minibatches=REFERENCE_MINIBATCHES if minibatches is None else minibatches,
@@ -502,6 +504,11 @@ def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
 def resolve_for_env(config: TrainConfig, env_spec) -> TrainConfig:
     """The part of `resolve` that needs the env (`env_spec`: envs.adapters.EnvSpec): the encoder and the observation
     storage dtype. make_train calls it with the env it builds (entry points resolve before any env exists)."""
+    unsettled = [name for name, value in (("ent_coef", config.ppo.ent_coef), ("hidden_dim", config.network.hidden_dim),
+                                          ("num_minibatches", config.ppo.num_minibatches),
+                                          ("update_epochs", config.ppo.update_epochs)) if value is None]
+    if unsettled:
+        raise ConfigError(f"{', '.join(unsettled)} not settled: resolve(config) first (config.py)")
     return config.replace(encoder=resolve_encoder(config, env_spec), obs_dtype=resolve_obs_dtype(config, env_spec))
 
 
