@@ -279,7 +279,8 @@ def main(argv=None) -> int:
         if getattr(args, "num_seeds", 1) != 1 or getattr(args, "resume", ""):
             raise SweepError("--num-seeds and --resume are not sweep flags (use --seeds)")
         points = points_from_args(args)
-        base, _ = resolve(config_from_args(args).replace(wandb=False))
+        base = config_from_args(args).replace(wandb=False)  # unresolved: each point settles its own autos
+        resolve(base)
         for point in points:  # every point valid before anything compiles
             resolve(base.replace(**point))
     except (SweepError, ConfigError, TypeError) as err:
