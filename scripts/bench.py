@@ -61,11 +61,12 @@ def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrid
     from hephaestus.loop import release_freed_memory
     from hephaestus.ppo import make_train
 
-    config, _ = resolve(TrainConfig(env=env_name, num_envs=num_envs, num_steps=num_steps,
+    config, _ = resolve(TrainConfig.from_flat(env=env_name, num_envs=num_envs, num_steps=num_steps,
                                     log_interval=updates_per_chunk, total_timesteps=10**9, **overrides))
     t0 = time.perf_counter()
     trainer = make_train(config)  # builds the env and the initial state (compiles the reset)
     setup_s = time.perf_counter() - t0
+    config = trainer.config  # resolved for the env: encoder and observation storage settled
     n = np.int32(updates_per_chunk)
     t0 = time.perf_counter()
     compiled = trainer.compiled_chunk.lower(trainer.runner_state, n).compile()
@@ -73,19 +74,16 @@ def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrid
     release_freed_memory()  # as the training loop does
     state, _ = compiled(trainer.runner_state, n)  # warm-up run
     # With --num-seeds S the chunk trains S agents: its throughput counts all of their env steps.
-    sps = time_chunks(lambda s: compiled(s, n), state, updates_per_chunk * config.batch_size * config.num_seeds)
-    from hephaestus.config import resolve_encoder, resolve_obs_dtype
-
-    spec = trainer.env.spec
+    sps = time_chunks(lambda s: compiled(s, n), state, updates_per_chunk * config.batch_size * config.run.num_seeds)
     # The program's own buffers as XLA planned them (arguments + outputs + temporaries, aliased donations
     # counted once): what a GPU/TPU needs, without the compiler's and Python's share of the process peak.
     mem = compiled.memory_analysis()
     program_mib = (mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
                    - mem.alias_size_in_bytes) / 2**20 if mem is not None else float("nan")
     return {"compile_s": compile_s, "steps_per_s": sps,
-            "detail": f"setup {setup_s:.1f}s, " + (f"{config.num_seeds} seeds, " if config.num_seeds > 1 else "") +
-                      f"{config.num_minibatches} mb x {config.update_epochs} ep, hidden {config.hidden_dim}, "
-                      f"{resolve_encoder(config, spec)} encoder, obs {resolve_obs_dtype(config, spec)}, "
+            "detail": f"setup {setup_s:.1f}s, " + (f"{config.run.num_seeds} seeds, " if config.run.num_seeds > 1 else "") +
+                      f"{config.ppo.num_minibatches} mb x {config.ppo.update_epochs} ep, hidden {config.network.hidden_dim}, "
+                      f"{config.network.encoder} encoder, obs {config.network.obs_dtype}, "
                       f"XLA buffers {program_mib:,.0f} MiB"}
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from hephaestus import checkpoint as ck
+from hephaestus import training_hooks as hooks
 from hephaestus.export import load_params_npz
 from train_cli import main
 
@@ -199,12 +200,11 @@ def test_changed_num_envs_keeps_weights_and_resets_optimizer(straight, tmp_path,
 
 
 def test_restore_keeps_every_leaf_and_its_type(straight):
-    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.config import resolve
     from hephaestus.ppo import make_train
 
     found = ck.locate(str(straight / "300"))
-    config, _ = resolve(TrainConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                       for k, v in found.config.items()}))
+    config, _ = resolve(ck.config_of(found))
     trainer = make_train(config)
     restored = ck.restore(found, trainer)
     assert restored.exact and int(restored.runner_state.update_step) == 300
@@ -279,13 +279,13 @@ def test_save_interval_by_minutes_and_by_updates(monkeypatch):
     now = [1000.0]
     monkeypatch.setattr(ck.time, "monotonic", lambda: now[0])
     fake = FakeCheckpointer()
-    hook = ck.CheckpointHook(fake, every_updates=0, every_minutes=10, message=lambda text: None)
+    hook = hooks.CheckpointHook(fake, every_updates=0, every_minutes=10, message=lambda text: None)
     for update, minutes in ((2, 3), (4, 9.9), (6, 10.1), (8, 15), (10, 20.2)):
         now[0] = 1000.0 + minutes * 60
         hook.after_chunk(SimpleNamespace(update_step=np.int32(update)), {"update": update})
     assert fake.saved == [6, 10]
     fake = FakeCheckpointer()
-    hook = ck.CheckpointHook(fake, every_updates=5, message=lambda text: None, start_update=40)
+    hook = hooks.CheckpointHook(fake, every_updates=5, message=lambda text: None, start_update=40)
     for update in (42, 44, 46, 48, 50, 52):
         hook.after_chunk(SimpleNamespace(update_step=np.int32(update)), {"update": update})
     assert fake.saved == [46, 52]
@@ -295,7 +295,7 @@ def test_second_ctrl_c_exits_at_once():
     """First SIGINT only sets the stop flag; a second one ends the process with 130 from the handler."""
     code = (
         "import os, signal, sys, time\n"
-        "from hephaestus.checkpoint import StopSignals\n"
+        "from hephaestus.training_hooks import StopSignals\n"
         "stop = StopSignals(message=print).install()\n"
         "os.kill(os.getpid(), signal.SIGINT)\n"
         "time.sleep(0.2)\n"

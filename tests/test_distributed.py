@@ -134,7 +134,7 @@ def test_bfloat16_learns_and_keeps_parameters_statistics_and_losses_float32_on_o
     from hephaestus.loop import run
     from hephaestus.ppo import make_train
 
-    config, _ = resolve(TrainConfig(env="gymnax:CartPole-v1", num_envs=4, num_steps=128, total_timesteps=40_000,
+    config, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=128, total_timesteps=40_000,
                                     hidden_dim=64, num_minibatches=4, update_epochs=4, log_interval=20,
                                     dtype="bfloat16"))
     with pytest.raises(ValueError, match="more devices than"):
@@ -196,7 +196,7 @@ def _train(config, updates):
 def _full_batch_config():
     from hephaestus.config import TrainConfig, resolve
 
-    return resolve(TrainConfig(**TINY, total_timesteps=8 * 16 * 4, num_minibatches=1, update_epochs=1))[0]
+    return resolve(TrainConfig.from_flat(**TINY, total_timesteps=8 * 16 * 4, num_minibatches=1, update_epochs=1))[0]
 
 
 def _multihost(pid: str, port: str) -> dict:
@@ -277,7 +277,7 @@ def _learn() -> dict:
     from hephaestus.loop import run
     from hephaestus.ppo import make_train
 
-    config, _ = resolve(TrainConfig(env="gymnax:CartPole-v1", num_envs=8, num_steps=64, total_timesteps=40_000,
+    config, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=8, num_steps=64, total_timesteps=40_000,
                                     hidden_dim=64, num_minibatches=4, update_epochs=4, log_interval=20))
     trainer = make_train(config)
     result = run(trainer, message=lambda _: None)

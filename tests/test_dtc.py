@@ -217,10 +217,10 @@ def test_ema_competence_and_boredom_match_hand_computed_values():
 def test_dtc_config_is_checked():
     base = dict(env="gymnax:CartPole-v1", num_envs=4, num_steps=12, extra_stages=DTC_STAGES)
     with pytest.raises(ConfigError, match="must divide"):
-        resolve(TrainConfig(**base, dtc_seq_len=5))
+        resolve(TrainConfig.from_flat(**base, dtc_seq_len=5))
     with pytest.raises(ConfigError, match="less than one rollout"):
-        resolve(TrainConfig(**base, dtc_seq_len=4, dtc_replay_capacity=8))
-    hash(resolve(TrainConfig(**base, dtc_seq_len=4))[0])  # still hashable
+        resolve(TrainConfig.from_flat(**base, dtc_seq_len=4, dtc_replay_capacity=8))
+    hash(resolve(TrainConfig.from_flat(**base, dtc_seq_len=4))[0])  # still hashable
 
 
 # One tiny CartPole config, shared by the in-process chunk test and the CLI run.
@@ -238,7 +238,7 @@ def test_dtc_stages_slot_in_after_the_rollout_and_own_their_state():
 
     config, _ = resolve(config_from_args(build_parser().parse_args(TINY)))
     assert config.extra_stages == DTC_STAGES
-    trainer = make_train(config, make_env(config.env))  # builds and initialises; compiles nothing big
+    trainer = make_train(config, make_env(config.env.name))  # builds and initialises; compiles nothing big
     assert [s.name for s in trainer.pipeline] == ["rollout", "world_model", "intrinsic_reward", "advantage",
                                                   "ppo_update"]
     stages = trainer.runner_state.stages
@@ -247,7 +247,7 @@ def test_dtc_stages_slot_in_after_the_rollout_and_own_their_state():
     assert stages["world_model"].replay.data["obs"].shape == (16, 8, 4)
     assert stages["world_model"].h.shape == (2, 4, 16)
     with pytest.raises(ValueError, match="put 'world_model' before it"):
-        make_train(config.replace(extra_stages=("intrinsic_reward",)), make_env(config.env))
+        make_train(config.replace(extra_stages=("intrinsic_reward",)), make_env(config.env.name))
 
 
 @pytest.mark.heavy
@@ -288,7 +288,7 @@ def tiny_world_model(**changes):
     from hephaestus.dtc.stages import make_world_model
     from hephaestus.envs.adapters import EnvSpec
 
-    config = TrainConfig(env="gymnax:CartPole-v1", num_envs=2, num_steps=8, extra_stages=DTC_STAGES,
+    config = TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=2, num_steps=8, extra_stages=DTC_STAGES,
                          dtc_ensemble_size=3, dtc_deter_dim=16, dtc_stoch_groups=4, dtc_stoch_classes=4,
                          dtc_hidden_dim=32, dtc_seq_len=4, dtc_wm_batch=4, dtc_replay_capacity=16,
                          dtc_frontier_window=8, **{"dtc_replay_ratio": 16.0, **changes})
@@ -314,12 +314,12 @@ def chain_visits():
 
 def test_replay_ratio_sets_the_world_model_steps(chain_visits):
     config, *_, metrics = chain_visits
-    assert config.dtc_wm_steps == 16  # 16 replayed transitions per env step x 16 env steps / (4 x 4) per step
+    assert config.stages.dtc.wm_steps(config.batch_size) == 16  # 16 replayed transitions per env step x 16 env steps / (4 x 4) per step
     assert float(metrics["wm/steps"]) == 16
-    assert TrainConfig(dtc_replay_ratio=0.0).dtc_wm_steps == 0
-    assert TrainConfig(num_envs=16, num_steps=32, dtc_seq_len=8, dtc_wm_batch=16, dtc_replay_ratio=1.0).dtc_wm_steps == 4
+    assert TrainConfig.from_flat(dtc_replay_ratio=0.0).stages.dtc.wm_steps(64 * 128) == 0
+    assert TrainConfig.from_flat(dtc_seq_len=8, dtc_wm_batch=16, dtc_replay_ratio=1.0).stages.dtc.wm_steps(16 * 32) == 4
     with pytest.raises(ConfigError, match="replay-ratio"):
-        resolve(TrainConfig(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, extra_stages=DTC_STAGES,
+        resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, extra_stages=DTC_STAGES,
                             dtc_replay_ratio=-1.0))
 
 
@@ -361,7 +361,7 @@ def test_competence_is_scale_free_and_changes_the_bonus():
     from hephaestus.stages import StageContext
 
     def bonus(coef):
-        cfg = TrainConfig(env="gymnax:CartPole-v1", extra_stages=DTC_STAGES, dtc_competence_coef=coef)
+        cfg = TrainConfig.from_flat(env="gymnax:CartPole-v1", extra_stages=DTC_STAGES, dtc_competence_coef=coef)
         stage = intrinsic_reward_stage(StageContext(config=cfg, env_spec=None, network=None))
         state = intr.intrinsic_init()
         for x in falling:

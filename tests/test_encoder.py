@@ -61,7 +61,7 @@ def cell_env(cls=CellWalk):
 
 
 def trainer(**overrides):
-    config, _ = resolve(TrainConfig(env="cellwalk", **{**SMALL, **overrides}))
+    config, _ = resolve(TrainConfig.from_flat(env="cellwalk", **{**SMALL, **overrides}))
     return make_train(config, cell_env())
 
 
@@ -120,12 +120,12 @@ def test_auto_resolution_of_encoder_and_obs_dtype():
                                                 ("cell_dim", 0, "--cell-dim must be positive")])
 def test_bad_values_are_config_errors(field, value, needle):
     with pytest.raises(ConfigError, match=needle):
-        resolve(TrainConfig(**{field: value}))
+        resolve(TrainConfig.from_flat(**{field: value}))
 
 
 def test_cells_network_shapes():
     spec = cell_env().spec
-    config = TrainConfig(env="cellwalk", **SMALL)
+    config, _ = resolve(TrainConfig.from_flat(env="cellwalk", **SMALL), spec)
     net = nets.make_network(spec, config)
     params = net.init(jax.random.PRNGKey(0), jnp.zeros((1, spec.obs_dim)))["params"]
     # One cell kernel [channels, cell_dim], whatever the number of cells; the MLPs see flat + cells x cell_dim.
@@ -162,7 +162,7 @@ def test_cells_network_sees_which_cell_holds_what():
     """Moving a cell's channels to another cell changes the policy (the torso knows the positions), while
     permuting channels *within* the board layout the encoder expects is not a no-op either."""
     spec = cell_env().spec
-    net = nets.make_network(spec, TrainConfig(env="cellwalk", **SMALL))
+    net = nets.make_network(spec, resolve(TrainConfig.from_flat(env="cellwalk", **SMALL), spec)[0])
     params = net.init(jax.random.PRNGKey(0), jnp.zeros((1, spec.obs_dim)))
     x = jax.random.uniform(jax.random.PRNGKey(3), (1, 15))
     cells = x[:, 3:].reshape(1, 4, 3)
@@ -200,7 +200,7 @@ def test_uint8_storage_is_exact_and_a_quarter_of_float32():
     env = QuantWalk()
     adapted = adapt_gymnax(env, env.default_params, "quantwalk")
     assert adapted.spec.obs_quanta == QuantWalk.obs_quanta
-    config, _ = resolve(TrainConfig(env="quantwalk", **SMALL))
+    config, _ = resolve(TrainConfig.from_flat(env="quantwalk", **SMALL))
     tr = make_train(config, adapted)
     batch = rollout_batch(tr)
     stored = batch["obs"]
@@ -214,7 +214,7 @@ def test_uint8_storage_is_exact_and_a_quarter_of_float32():
     x = jnp.full((2, 15), 1.0 / 3.0, jnp.float32)
     assert not np.array_equal(tr.network.apply(params, x)[1], tr.network.apply(params, x.astype(jnp.bfloat16))[1])
     # Exports record the storage, and the network rebuilt from them (watch_agent.py) reads floats the same way.
-    meta = network_meta(adapted.spec, config)
+    meta = network_meta(adapted.spec, tr.config)
     assert meta["obs_dtype"] == "uint8"
     np.testing.assert_array_equal(network_from_meta({"network": meta}).apply(params, x)[1],
                                   tr.network.apply(params, x)[1])

@@ -12,7 +12,7 @@ from hephaestus.ppo import make_train
 
 
 def test_short_cartpole_run_learns():
-    config, _ = resolve(TrainConfig(env="gymnax:CartPole-v1", num_envs=4, num_steps=128, total_timesteps=100_000,
+    config, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=128, total_timesteps=100_000,
                                     hidden_dim=64, num_minibatches=4, update_epochs=4, log_interval=49))
     result = run(make_train(config), message=lambda _: None)
     first, last = result.records[0], result.records[-1]
@@ -26,7 +26,7 @@ def test_jumanji_snake_with_action_masks_runs_a_few_updates():
     env = make_env("jumanji:Snake-v1")
     assert env.spec.discrete and env.spec.has_action_mask and env.spec.action_dim == 4
     assert env.spec.obs_dim == 12 * 12 * 5 + 1  # grid + step_count, mask taken out
-    config, _ = resolve(TrainConfig(env="jumanji:Snake-v1", num_envs=4, num_steps=32, total_timesteps=4 * 32 * 2,
+    config, _ = resolve(TrainConfig.from_flat(env="jumanji:Snake-v1", num_envs=4, num_steps=32, total_timesteps=4 * 32 * 2,
                                     hidden_dim=32, num_layers=1, num_minibatches=2, update_epochs=1, log_interval=2))
     trainer = make_train(config, env)
     runner, metrics = trainer.train_chunk(trainer.runner_state)
@@ -50,7 +50,7 @@ def test_jumanji_step_count_reaches_the_network_divided_by_the_time_limit():
 def test_continuous_pendulum_runs_and_clips_actions_to_bounds():
     env = make_env("gymnax:Pendulum-v1")
     assert not env.spec.discrete and env.spec.action_low == (-2.0,) and env.spec.action_high == (2.0,)
-    config, _ = resolve(TrainConfig(env="gymnax:Pendulum-v1", num_envs=4, num_steps=32, total_timesteps=4 * 32 * 2,
+    config, _ = resolve(TrainConfig.from_flat(env="gymnax:Pendulum-v1", num_envs=4, num_steps=32, total_timesteps=4 * 32 * 2,
                                     hidden_dim=32, num_layers=1, num_minibatches=2, update_epochs=1, log_interval=2))
     trainer = make_train(config, env)
     rollout = trainer.pipeline[0]

@@ -32,7 +32,7 @@ def stat_walk():
 
 
 def walk_trainer(**overrides):
-    config, _ = resolve(TrainConfig(env="statwalk", **{**SMALL, **overrides}))
+    config, _ = resolve(TrainConfig.from_flat(env="statwalk", **{**SMALL, **overrides}))
     return make_train(config, stat_walk())
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hephaestus.bonus import make_rnd, observation_hash
-from hephaestus.config import AGENTS, DTC_STAGES, TrainConfig, agent_config
+from hephaestus.config import AGENTS, DTC_STAGES, TrainConfig, agent_config, resolve
 from hephaestus.envs.registry import UnknownEnvError, make_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,18 +41,18 @@ def test_deepsea_each_run_gets_its_own_action_map_shared_by_its_envs_and_kept_ac
 def test_training_seeds_get_different_maps():
     from hephaestus.ppo import make_train
 
-    config = TrainConfig(env="deepsea:6", num_envs=2, num_steps=6, total_timesteps=12, hidden_dim=8)
-    trainer = make_train(config, make_env(config.env))
+    config, _ = resolve(TrainConfig.from_flat(env="deepsea:6", num_envs=2, num_steps=6, total_timesteps=12, hidden_dim=8))
+    trainer = make_train(config, make_env(config.env.name))
     maps = [np.asarray(trainer.init_runner_state(s).stages["rollout"].env_state.action_mapping) for s in (0, 1)]
     assert (maps[0] != maps[1]).any() and (maps[0][0] == maps[0][1]).all()
 
 
 def test_agents_select_their_stages():
-    base = TrainConfig(env="deepsea:6", extra_stages=("reward_bonus",))
+    base = TrainConfig.from_flat(env="deepsea:6", extra_stages=("reward_bonus",))
     assert agent_config(base, "ppo").extra_stages == ("reward_bonus",)
     assert agent_config(base, "dtc").extra_stages == DTC_STAGES + ("reward_bonus",)
     disagreement = agent_config(base, "disagreement")
-    assert disagreement.extra_stages[:2] == DTC_STAGES and disagreement.dtc_competence_coef == 0.0
+    assert disagreement.extra_stages[:2] == DTC_STAGES and disagreement.stages.dtc.competence_coef == 0.0
     assert agent_config(base, "rnd").extra_stages[0] == "rnd"
     assert agent_config(base, "count").extra_stages[0] == "count_bonus"
     assert set(AGENTS) == {"ppo", "dtc", "disagreement", "rnd", "count"}
@@ -68,7 +68,7 @@ def test_count_hash_separates_deepsea_cells():
 def test_rnd_scores_before_learning_and_its_error_falls_with_visits():
     from hephaestus.envs.adapters import EnvSpec
 
-    config = TrainConfig(rnd_hidden_dim=16, rnd_embed_dim=8, rnd_steps=4, rnd_lr=3e-3)
+    config = TrainConfig.from_flat(rnd_hidden_dim=16, rnd_embed_dim=8, rnd_steps=4, rnd_lr=3e-3)
     init, update = make_rnd(config, EnvSpec(name="toy", obs_dim=6, discrete=True, action_dim=2))
     update = jax.jit(update)
     seen = jnp.tile(jnp.eye(6)[:3][None], (4, 1, 1))  # [T=4, N=3, 6]: three states, visited again and again

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from hephaestus.config import TrainConfig
+from hephaestus.config import TrainConfig, resolve
 from hephaestus.envs.registry import make_env
 from hephaestus.export import ExportError, load_params_npz, network_from_meta, network_meta, save_params_npz
 from hephaestus.networks import make_network
@@ -12,10 +12,10 @@ from hephaestus.networks import make_network
 
 def test_round_trip_rebuilds_the_same_network(tmp_path):
     env = make_env("gymnax:CartPole-v1")
-    config = TrainConfig(env="gymnax:CartPole-v1", hidden_dim=8, num_layers=2)
+    config, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", hidden_dim=8, num_layers=2), env.spec)
     network = make_network(env.spec, config)
     params = network.init(jax.random.PRNGKey(0), np.zeros((1, env.spec.obs_dim), np.float32))
-    path = save_params_npz(str(tmp_path / "final_params.npz"), params, env=config.env,
+    path = save_params_npz(str(tmp_path / "final_params.npz"), params, env=config.env.name,
                            network=network_meta(env.spec, config), update=3, env_steps=96)
     with np.load(path) as raw:
         assert "params.actor.Dense_0.kernel" in raw.files

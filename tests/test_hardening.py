@@ -444,7 +444,7 @@ def test_wandb_with_a_refused_key_logs_offline_with_one_line(tmp_path, monkeypat
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     monkeypatch.setenv("WANDB_MODE", "online")
     try:
-        sink = sinks.WandbSink(TrainConfig(run_name="k", wandb=True), str(tmp_path / "run"), mode="online")
+        sink = sinks.WandbSink(TrainConfig.from_flat(run_name="k", wandb=True), str(tmp_path / "run"), mode="online")
         try:
             assert sink.mode == "offline"
             sink.write({"update": 2, "env_steps": 128, "entropy": 0.5})
@@ -464,7 +464,7 @@ def _default_sighup():
 def test_sighup_stops_and_saves_like_sigterm():
     code = (
         "import os, signal, time\n"
-        "from hephaestus.checkpoint import StopSignals\n"
+        "from hephaestus.training_hooks import StopSignals\n"
         "stop = StopSignals(message=print).install()\n"
         "os.kill(os.getpid(), signal.SIGHUP)\n"
         "time.sleep(0.2)\n"

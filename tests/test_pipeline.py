@@ -22,7 +22,7 @@ def walk_env():
 
 
 def walk_trainer(**overrides):
-    config, _ = resolve(TrainConfig(env="walk", **{**SMALL, **overrides}))
+    config, _ = resolve(TrainConfig.from_flat(env="walk", **{**SMALL, **overrides}))
     return make_train(config, walk_env())
 
 
@@ -115,7 +115,7 @@ def test_gae_matches_hand_computation_with_termination_and_truncation(walk):
              "truncated": truncated[:, None], "bootstrap_value": bootstrap[:, None], "last_value": last_value[None]}
     advantage_stage = next(s for s in walk.pipeline if s.name == "advantage")
     _, out, _, _ = advantage_stage.apply(None, None, jax.tree.map(jnp.asarray, batch), None)
-    gamma, lam = walk.config.gamma, walk.config.gae_lambda
+    gamma, lam = walk.config.ppo.gamma, walk.config.ppo.gae_lambda
     expected = hand_gae(reward, value, last_value, terminated, truncated, bootstrap, gamma, lam)
     np.testing.assert_allclose(out["advantage"][:, 0], expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out["target"][:, 0], expected + value, rtol=1e-5, atol=1e-6)
@@ -131,7 +131,7 @@ def test_gae_matches_hand_computation_with_termination_and_truncation(walk):
 
 def test_an_extra_stage_inserted_by_configuration_changes_the_advantages(walk):
     bonus = 0.5
-    with_bonus = walk_trainer(extra_stages=("reward_bonus",), stage_options=(("reward_bonus", bonus),))
+    with_bonus = walk_trainer(extra_stages=("reward_bonus",), reward_bonus_scale=bonus)
     assert [s.name for s in with_bonus.pipeline] == ["rollout", "reward_bonus", "advantage", "ppo_update"]
     plain = run_stages(walk, walk.runner_state, ["rollout", "advantage"])
     boosted = run_stages(with_bonus, walk.runner_state, ["rollout", "reward_bonus", "advantage"])
@@ -142,7 +142,7 @@ def test_an_extra_stage_inserted_by_configuration_changes_the_advantages(walk):
     done = plain["terminated"] | plain["truncated"]
     zeros = jnp.zeros_like(plain["value"])
     expected = gae(jnp.full_like(zeros, bonus), zeros, zeros, jnp.asarray(plain["terminated"]), jnp.asarray(done),
-                   walk.config.gamma, walk.config.gae_lambda)
+                   walk.config.ppo.gamma, walk.config.ppo.gae_lambda)
     np.testing.assert_allclose(boosted["advantage"] - plain["advantage"], expected, rtol=1e-4, atol=1e-5)
     assert np.all(boosted["advantage"] - plain["advantage"] > 0)
 
@@ -155,15 +155,15 @@ def test_unknown_extra_stage_is_a_clear_error():
 def test_chunk_returns_every_core_metric_and_advances_counters(walk):
     runner, metrics = walk.train_chunk(walk.init_runner_state(1))
     for key in CORE_METRICS:
-        assert key in metrics and metrics[key].shape == (walk.config.log_interval,), key
+        assert key in metrics and metrics[key].shape == (walk.config.run.log_interval,), key
         assert np.all(np.isfinite(metrics[key])), key
-    assert int(runner.update_step) == walk.config.log_interval
+    assert int(runner.update_step) == walk.config.run.log_interval
     assert np.all(metrics["num_episodes"] > 0)
     lr = metrics["learning_rate"]
-    assert lr[0] == pytest.approx(walk.config.lr) and lr[1] < lr[0]  # annealed in-graph
+    assert lr[0] == pytest.approx(walk.config.ppo.lr) and lr[1] < lr[0]  # annealed in-graph
     # A shorter final chunk reuses the program and only advances by what was asked.
     runner, metrics = walk.train_chunk(runner, 1)
-    assert int(runner.update_step) == walk.config.log_interval + 1
+    assert int(runner.update_step) == walk.config.run.log_interval + 1
 
 
 def test_runner_state_is_strongly_typed_so_a_restore_does_not_recompile(walk):
@@ -190,13 +190,13 @@ def test_learning_rate_is_not_baked_into_the_compiled_programs():
     assert (a.fresh_runner_state.lower(key, ra.hyper).as_text()
             == b.fresh_runner_state.lower(key, rb.hyper).as_text())
     for trainer, runner in ((a, ra), (b, rb)):
-        assert float(runner.train_state.opt_state.hyperparams["learning_rate"]) == np.float32(trainer.config.lr)
+        assert float(runner.train_state.opt_state.hyperparams["learning_rate"]) == np.float32(trainer.config.ppo.lr)
         assert float(runner.hyper["num_updates"]) == trainer.config.num_updates
 
 
 def bandit_trainer(valid, env_class=MaskedBandit):
     env = env_class(valid)
-    config, _ = resolve(TrainConfig(env="bandit", **SMALL))
+    config, _ = resolve(TrainConfig.from_flat(env="bandit", **SMALL))
     return make_train(config, adapt_gymnax(env, env.default_params, "bandit"))
 
 
@@ -270,8 +270,8 @@ def test_masked_sampling_log_prob_and_entropy():
     (256, (4, 4)), (512, (8, 2)), (1024, (16, 2)), (2048, (32, 2)), (4096, (64, 2)), (8192, (64, 2))])
 def test_auto_scale_table(num_envs, expected):
     assert auto_scale_for_batch_size(num_envs, 128) == expected
-    config, note = resolve(TrainConfig(num_envs=num_envs, num_steps=128))
-    assert (config.num_minibatches, config.update_epochs) == expected
+    config, note = resolve(TrainConfig.from_flat(num_envs=num_envs, num_steps=128))
+    assert (config.ppo.num_minibatches, config.ppo.update_epochs) == expected
     if num_envs == 2048:
         assert note == "auto-scale: batch 262,144 -> 32 minibatches of 8,192 x 2 epochs = 64 gradient steps"
     if num_envs == 256:
@@ -279,39 +279,43 @@ def test_auto_scale_table(num_envs, expected):
 
 
 def test_auto_scale_opt_out():
-    config, note = resolve(TrainConfig(num_envs=2048, num_steps=128, num_minibatches=8, user_set_minibatches=True))
-    assert (config.num_minibatches, config.update_epochs) == (8, 4)
+    config, note = resolve(TrainConfig.from_flat(num_envs=2048, num_steps=128, num_minibatches=8))
+    assert (config.ppo.num_minibatches, config.ppo.update_epochs) == (8, 4)
     assert "off" in note and "--num-minibatches" in note
-    config, note = resolve(TrainConfig(num_envs=2048, num_steps=128, update_epochs=3, user_set_epochs=True))
-    assert (config.num_minibatches, config.update_epochs) == (4, 3)
+    config, note = resolve(TrainConfig.from_flat(num_envs=2048, num_steps=128, update_epochs=3))
+    assert (config.ppo.num_minibatches, config.ppo.update_epochs) == (4, 3)
 
 
 def test_indivisible_minibatches_are_rejected_before_compiling():
     with pytest.raises(ConfigError, match="does not divide"):
-        resolve(TrainConfig(num_envs=3, num_steps=5, num_minibatches=4, user_set_minibatches=True))
+        resolve(TrainConfig.from_flat(num_envs=3, num_steps=5, num_minibatches=4))
 
 
 def test_env_dependent_defaults_fill_only_what_is_not_given():
-    """ent_coef/hidden_dim left unset take the env family's default (config.ENV_DEFAULTS), everywhere a config is
-    made: in code, on the command line, and on a resume, where the checkpoint's own values win."""
+    """ent_coef/hidden_dim left unset (auto) take the env family's default (config.ENV_DEFAULTS) when the config is
+    resolved, wherever it was made: in code, on the command line, and on a resume, where the checkpoint's own
+    resolved values win."""
     from types import SimpleNamespace
 
-    from hephaestus.checkpoint import args_for_resume
+    from hephaestus.checkpoint import config_of
     from hephaestus.cli import build_parser, config_from_args
     from hephaestus.config import ENV_DEFAULTS, FALLBACK_DEFAULTS
 
+    settled = lambda config: resolve(config)[0]
     hackmatrix = ENV_DEFAULTS["hackmatrix"]["ent_coef"]
     assert hackmatrix != FALLBACK_DEFAULTS["ent_coef"]
-    assert TrainConfig(env="hackmatrix").ent_coef == hackmatrix
-    assert TrainConfig(env="gymnax:CartPole-v1").ent_coef == FALLBACK_DEFAULTS["ent_coef"]
-    assert TrainConfig(env="hackmatrix", ent_coef=0.5).ent_coef == 0.5
-    assert TrainConfig(env="jumanji:Snake-v1").hidden_dim == FALLBACK_DEFAULTS["hidden_dim"]
+    assert settled(TrainConfig.from_flat(env="hackmatrix")).ppo.ent_coef == hackmatrix
+    assert settled(TrainConfig.from_flat(env="gymnax:CartPole-v1")).ppo.ent_coef == FALLBACK_DEFAULTS["ent_coef"]
+    assert settled(TrainConfig.from_flat(env="hackmatrix", ent_coef=0.5)).ppo.ent_coef == 0.5
+    assert settled(TrainConfig.from_flat(env="jumanji:Snake-v1")).network.hidden_dim == FALLBACK_DEFAULTS["hidden_dim"]
     hash(TrainConfig())
-    parse = lambda *argv: config_from_args(build_parser().parse_args(list(argv)))
-    assert parse().ent_coef == hackmatrix                                       # --env hackmatrix is the default
-    assert parse("--env", "gymnax:CartPole-v1").ent_coef == FALLBACK_DEFAULTS["ent_coef"]
-    assert parse("--ent-coef", "0.2").ent_coef == 0.2
+    parse = lambda *argv: settled(config_from_args(build_parser().parse_args(list(argv))))
+    assert parse().ppo.ent_coef == hackmatrix                                       # --env hackmatrix is the default
+    assert parse("--env", "gymnax:CartPole-v1").ppo.ent_coef == FALLBACK_DEFAULTS["ent_coef"]
+    assert parse("--ent-coef", "0.2").ppo.ent_coef == 0.2
     # A run saved before the HackMatrix default changed continues with the bonus it was trained with.
-    saved = SimpleNamespace(config=parse("--ent-coef", "0.01").to_dict(), run_dir="/tmp/checkpoints/old_run")
-    assert config_from_args(args_for_resume(build_parser, [], saved)).ent_coef == 0.01
-    assert config_from_args(args_for_resume(build_parser, ["--ent-coef", "0.05"], saved)).ent_coef == 0.05
+    saved = SimpleNamespace(config=parse("--ent-coef", "0.01").to_dict(), run_dir="/tmp/checkpoints/old_run",
+                            path="/tmp/checkpoints/old_run/8", step=8)
+    resumed = lambda *argv: settled(config_from_args(build_parser().parse_args(list(argv)), config_of(saved)))
+    assert resumed().ppo.ent_coef == 0.01
+    assert resumed("--ent-coef", "0.05").ppo.ent_coef == 0.05

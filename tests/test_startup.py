@@ -175,7 +175,7 @@ def test_the_loop_watches_the_first_compile_and_chunk_then_stops_the_watchdog():
             self.calls.append("stop")
 
     env = RandomWalk()
-    config, _ = resolve(TrainConfig(env="walk", hidden_dim=16, num_layers=1, num_envs=4, num_steps=16,
+    config, _ = resolve(TrainConfig.from_flat(env="walk", hidden_dim=16, num_layers=1, num_envs=4, num_steps=16,
                                     num_minibatches=2, update_epochs=1, log_interval=2, total_timesteps=4 * 16 * 6))
     recorder = Recorder()
     result = run(make_train(config, adapt_gymnax(env, env.default_params, "walk")), message=lambda _: None,

@@ -44,14 +44,14 @@ def test_grid_expansion_random_search_and_grouping():
 def test_float_hyperparameters_are_data_not_program_constants():
     from hephaestus.ppo import make_train
 
-    config = resolve(TrainConfig(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, hidden_dim=16, num_layers=1,
+    config = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, hidden_dim=16, num_layers=1,
                                  log_interval=2, num_minibatches=2, update_epochs=1))[0]
     other = config.replace(lr=1e-3, gamma=0.9, gae_lambda=0.8, clip_eps=0.3, vf_coef=1.0, ent_coef=0.1,
                            max_grad_norm=2.0)
     a, b = make_train(config), make_train(other)
     for name in DATA_HYPERPARAMETERS:
-        assert float(a.runner_state.hyper[name]) == np.float32(getattr(config, name))
-        assert float(b.runner_state.hyper[name]) == np.float32(getattr(other, name))
+        assert float(a.runner_state.hyper[name]) == np.float32(getattr(config.ppo, name))
+        assert float(b.runner_state.hyper[name]) == np.float32(getattr(other.ppo, name))
     assert float(b.runner_state.train_state.opt_state.hyperparams["max_grad_norm"]) == 2.0
     n = np.int32(2)
     assert a.compiled_chunk.lower(a.runner_state, n).as_text() == b.compiled_chunk.lower(b.runner_state, n).as_text()

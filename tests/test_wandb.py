@@ -152,7 +152,7 @@ def test_unreachable_server_falls_back_to_offline_at_once(tmp_path, monkeypatch,
     import time
 
     monkeypatch.setenv("WANDB_API_KEY", "z" * 40)  # looks configured; the server (port 9) refuses
-    config = TrainConfig(run_name="u", wandb=True)
+    config = TrainConfig.from_flat(run_name="u", wandb=True)
     t0 = time.perf_counter()
     sink = sinks.WandbSink(config, str(tmp_path / "run"), mode="online", skip_until=4)
     try:
@@ -180,7 +180,7 @@ def test_action_groups_become_action_fractions():
     env.action_groups = (("left", 0, 1), ("right", 1, 2))
     adapted = adapt_gymnax(env, env.default_params, "walk")
     assert adapted.spec.action_groups == (("left", 0, 1), ("right", 1, 2))
-    config, _ = resolve(TrainConfig(env="walk", hidden_dim=16, num_layers=1, num_envs=4, num_steps=16,
+    config, _ = resolve(TrainConfig.from_flat(env="walk", hidden_dim=16, num_layers=1, num_envs=4, num_steps=16,
                                     num_minibatches=2, update_epochs=1, log_interval=1, total_timesteps=64))
     trainer = make_train(config, adapted)
     _, metrics = trainer.train_chunk(trainer.runner_state)

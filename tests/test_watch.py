@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hephaestus.config import TrainConfig
+from hephaestus.config import TrainConfig, resolve
 from hephaestus.envs.registry import make_env
 from hephaestus.export import network_meta, save_params_npz
 from hephaestus.networks import make_network
@@ -31,7 +31,7 @@ def watch(*args, cwd=None):
 
 def fresh_params(path, env_name, hidden=16):
     env = make_env(env_name)
-    config = TrainConfig(env=env_name, hidden_dim=hidden, num_layers=1)
+    config, _ = resolve(TrainConfig.from_flat(env=env_name, hidden_dim=hidden, num_layers=1), env.spec)
     network = make_network(env.spec, config)
     params = network.init(jax.random.PRNGKey(0), np.zeros((1, env.spec.obs_dim), np.float32))
     return save_params_npz(str(path), params, env=env_name, network=network_meta(env.spec, config))
@@ -262,7 +262,7 @@ def test_env_flag_fills_in_only_what_the_file_lacks(tmp_path, capsys):
     from hephaestus.watch import main
 
     env = make_env("gymnax:CartPole-v1")
-    config = TrainConfig(env="", hidden_dim=8, num_layers=1)
+    config, _ = resolve(TrainConfig.from_flat(env="", hidden_dim=8, num_layers=1), env.spec)
     network = make_network(env.spec, config)
     params = network.init(jax.random.PRNGKey(0), np.zeros((1, 4), np.float32))
     path = save_params_npz(str(tmp_path / "noenv.npz"), params, env="", network=network_meta(env.spec, config))

@@ -61,9 +61,9 @@ def _fold(count, mean, var, x):
 
 def make_rnd(config, spec):
     """(init(key) -> RNDState, apply(state, next_obs [T, N, D]) -> (state, novelty [T, N], metrics))."""
-    target_net = _RNDNet(config.rnd_hidden_dim, config.rnd_embed_dim)
-    predictor_net = _RNDNet(config.rnd_hidden_dim, config.rnd_embed_dim)
-    tx = optax.adam(config.rnd_lr)
+    target_net = _RNDNet(config.stages.rnd.hidden_dim, config.stages.rnd.embed_dim)
+    predictor_net = _RNDNet(config.stages.rnd.hidden_dim, config.stages.rnd.embed_dim)
+    tx = optax.adam(config.stages.rnd.lr)
     dim = spec.obs_dim
 
     def init(key):
@@ -90,7 +90,7 @@ def make_rnd(config, spec):
             return (optax.apply_updates(predictor, updates), opt_state), loss
 
         (predictor, opt_state), losses = jax.lax.scan(step, (state.predictor, state.opt_state), None,
-                                                      length=config.rnd_steps)
+                                                      length=config.stages.rnd.steps)
         norm, _ = intr.normalise(state.norm, novelty)
         state = RNDState(target=state.target, predictor=predictor, opt_state=opt_state, obs_count=count,
                          obs_mean=mean, obs_var=var, norm=norm)
@@ -115,7 +115,7 @@ def rnd_stage(ctx: StageContext) -> Stage:
     def apply(key, train_state, batch, state):
         state, novelty, metrics = update(state, batch["next_obs"])
         n = novelty / jnp.sqrt(state.norm.m2 + intr.EPS)
-        batch, bonus_metrics = _add_bonus({**batch, "rnd_novelty": novelty}, config.rnd_coef * n, "rnd")
+        batch, bonus_metrics = _add_bonus({**batch, "rnd_novelty": novelty}, config.stages.rnd.coef * n, "rnd")
         return train_state, batch, state, {**metrics, **bonus_metrics}
 
     return Stage(name="rnd", apply=apply, init=init, after="rollout", reads=("next_obs",))
@@ -136,13 +136,13 @@ def observation_hash(obs, table_size: int, key=jax.random.PRNGKey(20)):
 @register_stage("count_bonus")
 def count_bonus_stage(ctx: StageContext) -> Stage:
     config = ctx.config
-    size = config.count_table_size
+    size = config.stages.count.table_size
 
     def apply(key, train_state, batch, counts):
         bucket = observation_hash(batch["next_obs"], size)
         counts = counts.at[bucket.reshape(-1)].add(1)
         visits = counts[bucket].astype(jnp.float32)
-        batch, metrics = _add_bonus({**batch, "count_visits": visits}, config.count_coef / jnp.sqrt(visits), "count")
+        batch, metrics = _add_bonus({**batch, "count_visits": visits}, config.stages.count.coef / jnp.sqrt(visits), "count")
         metrics["count/buckets_used"] = jnp.sum(counts > 0).astype(jnp.float32)
         return train_state, batch, counts, metrics
 

@@ -1,12 +1,14 @@
-"""Full-state checkpoints, exact resume, and stopping cleanly on SIGINT/SIGTERM.
+"""Checkpoint I/O: full-state checkpoints, finding them, and restoring them for an exact resume.
+
+Saving on a schedule and on a signal is training_hooks.py; a run's resume and logging wiring is run_setup.py.
 
 Layout of one run (`<checkpoint-dir>/<run-name>/`):
 
     metrics.jsonl            one record per chunk (appended by a resumed run)
     <update>/                one orbax checkpoint per save, named by the PPO update it was taken after
         state/               the whole RunnerState (params, optimizer, env states, keys, accumulators, counters)
-        meta/                JSON: resolved config, package version, env, network shape, update, env_steps,
-                             the last metrics record
+        meta/                JSON: the resolved config ({flat option name: value}, config.py), package version,
+                             env, network shape, update, env_steps, the last metrics record
     params_<update>.npz      the parameters beside each checkpoint, loadable with numpy alone (export.py)
                              (with --num-seeds S: every leaf of state/ and of the npz has a leading [S] seed axis,
                              except the update counter; meta's config records num_seeds)
@@ -18,16 +20,15 @@ host, so training continues (and may donate the device buffers) while it is writ
 `--keep-checkpoints` steps are kept.
 
 Resume (`--resume DIR`) restores into the structure and dtypes of the freshly built `trainer.runner_state`,
-so the restored state is strongly typed exactly like a fresh one and hits the same compiled program.
+so the restored state is strongly typed exactly like a fresh one and hits the same compiled program. Its
+config is the checkpoint's stored resolved config (`config_of`) with the options given again on top (cli.parse).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
-import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -37,10 +38,6 @@ import jax.numpy as jnp
 import numpy as np
 
 STATE, META = "state", "meta"
-# SIGHUP: the ssh session the run was started from closed (no tmux): stop and save like a preemption (not under
-# nohup, which ignores SIGHUP so that the run goes on).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}  # 128 + signal number
 
 
 class CheckpointError(ValueError):
@@ -89,14 +86,20 @@ def _read_manager(run_dir: str):
 
 
 def _step_dirs(run_dir: str) -> list[int]:
-    """Finalized checkpoint steps in a run directory (orbax's temporary directories are not listed)."""
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
+    """Finalized checkpoint steps in a run directory, as orbax's own step discovery lists them (its temporary
+    directories of unfinished saves are not steps)."""
+    if not os.path.isdir(run_dir):
         return []
-    return sorted(int(n) for n in names
-                  if n.isdigit() and os.path.isdir(os.path.join(run_dir, n))
-                  and os.path.exists(os.path.join(run_dir, n, "_CHECKPOINT_METADATA")))
+    try:
+        mgr = _read_manager(run_dir)
+    except Exception:  # noqa: BLE001 - orbax raises many kinds; a directory it cannot read holds no steps
+        return []
+    try:
+        return sorted(int(s) for s in mgr.all_steps(read=True))
+    except Exception:  # noqa: BLE001
+        return []
+    finally:
+        mgr.close()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -131,9 +134,10 @@ def locate(path: str) -> Checkpoint:
     if not os.path.isdir(clean):
         raise CheckpointError(f"{path}: not a checkpoint directory")
     base = os.path.basename(clean)
-    if base.isdigit() and os.path.exists(os.path.join(clean, "_CHECKPOINT_METADATA")):
+    parent_steps = _step_dirs(os.path.dirname(clean)) if base.isdigit() else []
+    if base.isdigit() and int(base) in parent_steps:
         run_dir, step = os.path.dirname(clean), int(base)
-        steps = _step_dirs(run_dir)
+        steps = parent_steps
     elif base in (STATE, META) and os.path.basename(os.path.dirname(clean)).isdigit():
         return locate(os.path.dirname(clean))
     else:
@@ -162,38 +166,40 @@ def locate(path: str) -> Checkpoint:
 FORMAT = "hephaestus-checkpoint-v1"
 
 
+# Options of older versions that a stored config may still hold; they mean nothing now (num_minibatches and
+# update_epochs were stored resolved beside them; stage_options became the stage families' own options).
+RETIRED_OPTIONS = ("user_set_minibatches", "user_set_epochs", "stage_options")
+# What an option means when a checkpoint predates it: runs before --encoder/--obs-dtype were float32 MLPs.
+STORED_CONFIG_DEFAULTS = {"encoder": "mlp", "obs_dtype": "float32"}
+
+
 def check_saved_config(where: str, meta: dict) -> None:
-    """The metadata's config (and network) are what a resume builds its flags from: a damaged or hand-edited
+    """The metadata's config (and network) are what a resume builds its config from: a damaged or hand-edited
     value is one line naming the field, not an error about a flag the user never passed."""
-    import dataclasses
-
-    from hephaestus.config import TrainConfig
-
     config, network = meta.get("config", {}), meta.get("network", {})
     for name, value in (("config", config), ("network", network)):
         if not isinstance(value, dict):
             raise CheckpointError(f"{where}: {name} is a {type(value).__name__}, not a mapping (damaged metadata)")
-    defaults = TrainConfig()
-    for f in dataclasses.fields(TrainConfig):
-        if f.name not in config:
-            continue  # older checkpoints lack newer fields; their defaults apply
-        value, default = config[f.name], getattr(defaults, f.name)
-        if default is None or (value is None and f.default is None):
-            ok = value is None or isinstance(value, bool)  # wandb: None/True/False; optional numbers may be null
-        elif isinstance(default, bool):
-            ok = isinstance(value, bool)
-        elif isinstance(default, int):
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif isinstance(default, float):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        elif isinstance(default, tuple):
-            ok = isinstance(value, (list, tuple))
-        else:
-            ok = isinstance(value, type(default))
-        if not ok:
-            expected = "a list" if isinstance(default, tuple) else type(default).__name__
-            raise CheckpointError(f"{where}: config field {f.name} is {value!r}, expected {expected} (damaged "
-                                  "metadata)")
+    try:
+        stored_config(config, f"{where}: config field")
+    except ValueError as err:
+        raise CheckpointError(f"{err} (damaged metadata)") from None
+
+
+def stored_config(values: dict, where: str):
+    """TrainConfig of a checkpoint's stored {flat name: value} config, every value type-checked; `where` starts
+    the error line."""
+    from hephaestus.config import from_flat_dict
+
+    return from_flat_dict({**STORED_CONFIG_DEFAULTS, **values}, where, ignore=RETIRED_OPTIONS)
+
+
+def config_of(ckpt: "Checkpoint"):
+    """The resolved config `ckpt` was trained with, continuing in the checkpoint's own run folder (what --resume
+    starts from; options given again change it). Nothing is re-parsed: the stored values are the config."""
+    config = stored_config(ckpt.config, f"{ckpt.path}: checkpoint {ckpt.step} metadata: config field")
+    return config.replace(run_name=os.path.basename(ckpt.run_dir), checkpoint_dir=os.path.dirname(ckpt.run_dir),
+                          resume=ckpt.path)
 
 
 def _path_str(path) -> str:
@@ -249,12 +255,12 @@ def check_compatible(ckpt: Checkpoint, config, network_meta: dict) -> None:
     """Refuse a checkpoint of another env, seed count or network shape with one line naming the mismatch."""
     theirs = ckpt.meta
     saved_seeds = ckpt.config.get("num_seeds", 1)  # checkpoints before --num-seeds hold one agent
-    if saved_seeds != config.num_seeds:
+    if saved_seeds != config.run.num_seeds:
         raise CheckpointError(f"{ckpt.path}: checkpoint holds {saved_seeds} seed(s), this run asks for --num-seeds "
-                              f"{config.num_seeds}; resume with --num-seeds {saved_seeds}")
-    if theirs.get("env") != config.env:
+                              f"{config.run.num_seeds}; resume with --num-seeds {saved_seeds}")
+    if theirs.get("env") != config.env.name:
         raise CheckpointError(f"{ckpt.path}: checkpoint is for env {theirs.get('env')!r}, this run is "
-                              f"{config.env!r}")
+                              f"{config.env.name!r}")
     from hephaestus.networks import NetworkSpec
 
     # A field a checkpoint predates means what NetworkSpec says (checkpoints before the cells encoder are MLPs).
@@ -289,7 +295,7 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
         try:
             saved = mgr.item_metadata(ckpt.step)[STATE]
         except Exception as err:  # noqa: BLE001 - orbax raises many kinds; all mean "unreadable"
-            raise CheckpointError(f"{ckpt.path}: checkpoint is unreadable ({_one_line(err)})") from None
+            raise CheckpointError(f"{ckpt.path}: checkpoint is unreadable ({one_line(err)})") from None
         if saved is None:
             raise CheckpointError(f"{ckpt.path}: checkpoint has no state (truncated or not a Hephaestus checkpoint)")
         leaves, treedef = jax.tree_util.tree_flatten_with_path(fresh)
@@ -309,7 +315,7 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
             try:
                 state = mgr.restore(ckpt.step, args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract)}))[STATE]
             except Exception as err:  # noqa: BLE001
-                raise CheckpointError(f"{ckpt.path}: checkpoint is unreadable ({_one_line(err)})") from None
+                raise CheckpointError(f"{ckpt.path}: checkpoint is unreadable ({one_line(err)})") from None
             # The schedule follows this run's config (identical when the config is unchanged).
             state = state.replace(hyper=fresh.hyper)
             _verify_finite(state, ckpt)
@@ -334,7 +340,7 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
                 raise CheckpointError(f"{ckpt.path}: incompatible checkpoint at {name}: {what}")
         if "stages.rollout." in fresh_prefixes:
             old_envs = ckpt.config.get("num_envs")
-            why = (f"--num-envs changed ({old_envs} -> {trainer.config.num_envs})" if old_envs != trainer.config.num_envs
+            why = (f"--num-envs changed ({old_envs} -> {trainer.config.env.num_envs})" if old_envs != trainer.config.env.num_envs
                    else "the rollout state differs (a checkpoint from before per-episode statistics, or another env)")
             msg = f"resume: {why}: weights kept, environments re-created, "
             if keep_optimizer:
@@ -349,7 +355,7 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
         try:
             raw = mgr.restore(ckpt.step, args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore()}))[STATE]
         except Exception as err:  # noqa: BLE001
-            raise CheckpointError(f"{ckpt.path}: checkpoint is unreadable ({_one_line(err)})") from None
+            raise CheckpointError(f"{ckpt.path}: checkpoint is unreadable ({one_line(err)})") from None
         out = []
         for path, leaf in leaves:
             name = _path_str(path) + "."
@@ -386,7 +392,7 @@ def all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     first = text[0] if text else ""
     if len(first) > 160:
@@ -409,42 +415,10 @@ def read_state(path: str):
     try:
         raw = mgr.restore(ckpt.step, args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore()}))[STATE]
     except Exception as err:  # noqa: BLE001
-        raise CheckpointError(f"{ckpt.path}: checkpoint is unreadable ({_one_line(err)})") from None
+        raise CheckpointError(f"{ckpt.path}: checkpoint is unreadable ({one_line(err)})") from None
     finally:
         mgr.close()
     return ckpt, raw
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Resuming from the command line: checkpoint config as the defaults, explicit flags win
-
-
-def args_for_resume(parser_factory: Callable, argv, ckpt: Checkpoint):
-    """Re-parse `argv` with the checkpoint's config as defaults, so only flags given again change anything.
-
-    The run continues in the checkpoint's run directory unless --run-name/--checkpoint-dir say otherwise."""
-    parser = parser_factory()
-    saved = dict(ckpt.config)
-    defaults = {}
-    for action in parser._actions:  # noqa: SLF001 - argparse has no public list of destinations
-        dest = action.dest
-        if dest in ("help", "resume") or dest not in saved:
-            continue
-        value = saved[dest]
-        if dest == "extra_stages":
-            value = ",".join(value or ())
-        elif dest in ("num_minibatches", "update_epochs"):
-            value = value if saved.get(f"user_set_{dest.split('_')[-1]}") else None
-        elif isinstance(value, list):
-            value = tuple(value)
-        defaults[dest] = value
-    # Checkpoints from before --encoder/--obs-dtype were float32 MLPs: continue them as such, not as "auto".
-    defaults.setdefault("encoder", "mlp")
-    defaults.setdefault("obs_dtype", "float32")
-    defaults["run_name"] = os.path.basename(ckpt.run_dir)
-    defaults["checkpoint_dir"] = os.path.dirname(ckpt.run_dir)
-    parser.set_defaults(**defaults)
-    return parser.parse_args(argv)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -476,7 +450,7 @@ class Checkpointer:
         from hephaestus.sinks import json_clean
 
         clean = json_clean(dict(record or {}))
-        return {"format": FORMAT, "version": __version__, "env": config.env, "network": self.network,
+        return {"format": FORMAT, "version": __version__, "env": config.env.name, "network": self.network,
                 "update": int(update), "env_steps": int(update) * config.batch_size, "config": config.to_dict(),
                 "last_metrics": clean, "saved_at": time.time()}
 
@@ -524,9 +498,9 @@ class Checkpointer:
         from hephaestus.export import save_params_npz
 
         config = self.trainer.config
-        return save_params_npz(path, params, env=config.env, network=self.network, update=step,
+        return save_params_npz(path, params, env=config.env.name, network=self.network, update=step,
                                env_steps=step * config.batch_size, config=config.to_dict(),
-                               num_seeds=config.num_seeds)
+                               num_seeds=config.run.num_seeds)
 
     def _prune_exports(self, newest: int) -> None:
         keep = set(self.manager.all_steps()) | {newest}
@@ -551,347 +525,3 @@ class Checkpointer:
         finally:
             self.manager.close()
 
-
-# ----------------------------------------------------------------------------------------------------------
-# Hooks for loop.run
-
-
-class StopSignals:
-    """First SIGINT/SIGTERM/SIGHUP: finish the chunk in flight, then the loop stops, saves and exits. A second
-    SIGINT exits at once (exit code 130) without touching checkpoints: orbax's temporary directory of an unfinished
-    save is ignored, the previous checkpoint stays valid."""
-
-    def __init__(self, message: Callable[[str], None] = print):
-        self.message = message
-        self.signum: int | None = None
-        self._announced = False
-        self._previous = {}
-
-    def install(self) -> "StopSignals":
-        import threading
-
-        if threading.current_thread() is not threading.main_thread():
-            return self
-        for sig in STOP_SIGNALS:
-            if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
-                continue  # started under nohup: the user asked for the run to outlive the terminal
-            self._previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, self._handle)
-        return self
-
-    def uninstall(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous = {}
-
-    def _handle(self, signum, frame):
-        # Only os.write in here: print() from a signal handler can hit "reentrant call" on a buffered stream
-        # that the main thread is writing to at that moment.
-        if self.signum is not None:
-            if signum == signal.SIGINT:
-                _write_fd(2, "second Ctrl-C: exiting now without saving (the last checkpoint is intact)\n")
-                os._exit(130)
-            return
-        self.signum = signum
-        more = " (Ctrl-C again to quit at once)" if signum == signal.SIGINT else ""
-        _write_fd(2, f"{signal.Signals(signum).name}: finishing the current chunk, then saving and exiting{more}\n")
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES.get(self.signum, 1) if self.signum is not None else 0
-
-    def after_chunk(self, runner_state, record) -> bool:
-        if jax.process_count() > 1:  # every host must stop after the same chunk: the final save is collective
-            from jax.experimental import multihost_utils
-
-            signums = np.asarray(multihost_utils.process_allgather(np.int32(self.signum or 0)))
-            if self.signum is None and signums.max() > 0:
-                self.signum = int(signums.max())
-        if self.signum is not None and not self._announced:
-            self._announced = True
-            self.message(f"{signal.Signals(self.signum).name} received: saving and exiting")
-        return self.signum is not None
-
-    def at_end(self, runner_state, record) -> None:
-        pass
-
-
-def _write_fd(fd: int, text: str) -> None:
-    try:
-        os.write(fd, text.encode())
-    except OSError:
-        pass
-
-
-class NanGuard:
-    """A non-finite loss or parameter stops the run before anything saves it (put it before the checkpoint
-    hook): the last good checkpoint stays untouched."""
-
-    METRICS = ("total_loss", "pg_loss", "vf_loss", "entropy", "approx_kl", "grad_norm")
-
-    def after_chunk(self, runner_state, record) -> bool:
-        from hephaestus.loop import TrainingError
-
-        update = record.get("update")
-        for key in self.METRICS + tuple(k for k in record if k not in self.METRICS):
-            value = record.get(key)
-            if isinstance(value, float) and not math.isfinite(value) and key != "eta_seconds":
-                raise TrainingError(f"non-finite {key} ({value}) in the chunk ending at update {update}; "
-                                    "stopped without saving this state")
-        if not bool(all_finite(runner_state.train_state.params)):
-            raise TrainingError(f"non-finite parameters after update {update}; stopped without saving this state")
-        return False
-
-    def at_end(self, runner_state, record) -> None:
-        pass
-
-
-class CheckpointHook:
-    """Saves every `every_updates` updates if set, else every `every_minutes`; at the end (including a stop by
-    signal); exports final_params.npz. Call `close()` when the loop is left for any reason."""
-
-    def __init__(self, checkpointer: Checkpointer, every_updates: int = 0, every_minutes: float = 10.0,
-                 message: Callable[[str], None] = print, on_saved: Callable[[str, int], None] | None = None,
-                 final_export: bool = True, start_update: int = 0):
-        self.ckpt = checkpointer
-        self.every_updates = every_updates
-        self.every_minutes = every_minutes
-        self.message = message
-        self.on_saved = on_saved  # (step dir, update) once the save is complete, e.g. to upload an artifact
-        self.final_export = final_export
-        self.last_update = start_update  # update of the last save (or where this run started)
-        self.last_time = time.monotonic()
-        self._pending = None  # (path, update) of an async save not yet reported to on_saved
-
-    def _save(self, runner_state, record, final=False):
-        update = int(jax.device_get(runner_state.update_step))
-        self._flush_pending()
-        try:
-            path = self.ckpt.save(runner_state, record)
-        except (OSError, ValueError, RuntimeError) as err:  # disk full, permissions, an orbax write error
-            self.ckpt.failed = True
-            raise _save_failed(update, err, self.ckpt.run_dir) from None
-        self.last_update, self.last_time = update, time.monotonic()
-        if path:
-            self._pending = (path, update)
-            self.message(f"checkpoint: saving {path}" + (" (final)" if final else ""))
-        return path
-
-    def _flush_pending(self):
-        """Wait for the save in flight (if any), then export its npz and report it; a failure names its update."""
-        if self._pending is None:
-            return
-        path, update = self._pending
-        self._pending = None
-        try:
-            self.ckpt.complete()
-        except (OSError, ValueError, RuntimeError) as err:  # raised in orbax's thread, re-raised by the wait
-            raise _save_failed(update, err, self.ckpt.run_dir) from None
-        if self.on_saved and os.path.isdir(path):
-            try:
-                self.on_saved(path, update)
-            except Exception as err:  # noqa: BLE001 - an artifact upload must never cost the run
-                self.message(f"wandb: could not log checkpoint {update} as an artifact ({_one_line(err)})")
-
-    def after_chunk(self, runner_state, record) -> bool:
-        if self._pending is not None and not self.ckpt.saving():  # finished (or failed) in the background
-            self._flush_pending()
-        if self.every_updates:
-            due = record["update"] - self.last_update >= self.every_updates
-        else:
-            due = time.monotonic() - self.last_time >= self.every_minutes * 60
-        if due:
-            self._save(runner_state, record)
-        return False
-
-    def at_end(self, runner_state, record) -> None:
-        path = self._save(runner_state, record, final=True)
-        update = int(jax.device_get(runner_state.update_step))
-        if self.final_export:
-            self.ckpt.export(os.path.join(self.ckpt.run_dir, "final_params.npz"), runner_state, update)
-        self._flush_pending()
-        where = path or os.path.join(self.ckpt.run_dir, str(update))
-        self.message(f"checkpoint: {where} (update {update}) complete; parameters in "
-                     f"{os.path.join(self.ckpt.run_dir, 'final_params.npz')}")
-
-    def close(self) -> None:
-        if self.ckpt.failed:  # already reported as the run's error
-            self.ckpt.close()
-            return
-        try:
-            self._flush_pending()
-            self.ckpt.close()
-        except Exception as err:  # noqa: BLE001 - called from `finally`: report, never mask the first error
-            self.message(f"checkpoint: the last save did not complete ({_one_line(err)}); earlier ones are intact")
-
-
-def _save_failed(update: int, err: BaseException, run_dir: str):
-    from hephaestus.loop import TrainingError
-
-    kept = "earlier checkpoints are intact" if os.path.isdir(run_dir) else f"the run folder {run_dir} is gone"
-    return TrainingError(f"saving the checkpoint at update {update} failed ({_one_line(err)}); {kept}")
-
-
-# ----------------------------------------------------------------------------------------------------------
-# metrics.jsonl on resume
-
-
-def trim_metrics(path: str, update: int) -> tuple[int, int]:
-    """Drop records past `update` (a resumed run redoes those updates), and a last line cut short by a kill
-    mid-write (so the next record is not glued onto it). Returns (last logged update before trimming, number of
-    records dropped). Lines that are not records (not UTF-8, not JSON) are kept byte for byte. Atomic: temp file
-    + rename. Raises CheckpointError (one line) when the file cannot be read or rewritten."""
-    if not os.path.lexists(path):
-        return 0, 0
-    try:
-        with open(path, "rb") as f:
-            lines = f.readlines()
-    except OSError as err:
-        raise CheckpointError(f"cannot read {path}: {err.strerror or err}; move it away to resume") from None
-    keep, dropped, last = [], 0, 0
-    cut_short = bool(lines) and not lines[-1].endswith(b"\n")
-    for i, line in enumerate(lines):
-        try:
-            u = int(json.loads(line.decode("utf-8")).get("update", 0))
-        except (ValueError, AttributeError, TypeError):
-            if not (cut_short and i == len(lines) - 1):
-                keep.append(line)
-            continue
-        last = max(last, u)
-        if u > update:
-            dropped += 1
-        else:
-            keep.append(line if line.endswith(b"\n") else line + b"\n")
-    if dropped or cut_short:
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.writelines(keep)
-            os.replace(tmp, path)
-        except OSError as err:
-            raise CheckpointError(f"cannot rewrite {path}: {err.strerror or err}") from None
-    return last, dropped
-
-
-def set_aside_metrics(run_dir: str) -> str | None:
-    """A run starting a run folder that has no checkpoint but a metrics.jsonl (left by a run killed before its
-    first save) moves that file to metrics.<n>.jsonl instead of appending to it. Returns the new name, if any."""
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.lexists(path):
-        return None
-    if os.path.isdir(path):
-        raise CheckpointError(f"{path} is a directory, not a metrics file; move it away")
-    n = 1
-    while os.path.lexists(os.path.join(run_dir, f"metrics.{n}.jsonl")):
-        n += 1
-    target = os.path.join(run_dir, f"metrics.{n}.jsonl")
-    try:
-        os.replace(path, target)
-    except OSError as err:
-        raise CheckpointError(f"cannot move the old {path} aside: {err.strerror or err}") from None
-    return target
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Wiring for train.py: everything a run needs for checkpoints, resume and the extra sinks
-
-
-@dataclass
-class RunSession:
-    hooks: list
-    sinks: list
-    stop: StopSignals
-    checkpoint_hook: CheckpointHook | None
-    run_dir: str
-    resumed_from: Checkpoint | None = None
-
-    def close(self) -> None:
-        self.stop.uninstall()
-        if self.checkpoint_hook is not None:
-            self.checkpoint_hook.close()
-
-    def stop_message(self, result) -> str:
-        update = int(jax.device_get(result.runner_state.update_step))
-        name = signal.Signals(self.stop.signum).name
-        return (f"stopped by {name} after update {update}; checkpoint in {os.path.join(self.run_dir, str(update))}; "
-                f"continue with --resume {self.run_dir}")
-
-
-def prepare_run(config, trainer, run_dir: str, resume: Checkpoint | None = None, main_process: bool = True,
-                message: Callable[[str], None] = print) -> RunSession:
-    """Restore (if resuming) into `trainer.runner_state`, and build the checkpoint/NaN/signal hooks and the
-    wandb/TensorBoard sinks. Raises CheckpointError (one line) before anything is written on disk."""
-    run_dir = os.path.abspath(run_dir)
-    existing = _step_dirs(run_dir)
-    if resume is not None:
-        same_dir = os.path.abspath(resume.run_dir) == run_dir
-        if same_dir and existing and resume.step < existing[-1]:
-            raise CheckpointError(f"{resume.path}: update {resume.step} is older than this run's latest checkpoint "
-                                  f"({existing[-1]}); pass --run-name NEW to branch from it without touching "
-                                  f"{run_dir}")
-        if not same_dir and existing:
-            raise CheckpointError(f"{run_dir} already has checkpoints (latest update {existing[-1]}); choose another "
-                                  "--run-name to branch into")
-        restored = restore(resume, trainer, keep_optimizer=config.keep_optimizer)
-        trainer.runner_state = restored.runner_state
-        for note in restored.notes:
-            message(note)
-    elif existing:
-        raise CheckpointError(f"{run_dir} already has checkpoints (latest update {existing[-1]}); continue it with "
-                              f"--resume {run_dir}, or pick another --run-name")
-    start = int(jax.device_get(trainer.runner_state.update_step))
-    if start >= config.num_updates:
-        raise CheckpointError(f"the checkpoint is at update {start}, and this run has {config.num_updates} updates: "
-                              "nothing left to do (raise --total-timesteps to train longer)")
-
-    last_logged = 0
-    if main_process:
-        metrics = os.path.join(run_dir, "metrics.jsonl")
-        dropped = 0
-        if resume is not None and os.path.abspath(resume.run_dir) == run_dir:
-            last_logged, dropped = trim_metrics(metrics, start)
-        else:  # a new run folder, or one left by a run killed before its first checkpoint
-            moved = set_aside_metrics(run_dir)
-            if moved:
-                message(f"metrics: {metrics} belonged to an earlier run that saved no checkpoint; moved to {moved}")
-        if resume is not None:
-            message(f"resume: update {start} of {config.num_updates} from {resume.path}"
-                    + (f" (dropped {dropped} metrics.jsonl records past it; they are recomputed)" if dropped else ""))
-
-    from hephaestus.sinks import TensorBoardSink, WandbSink, wandb_mode
-
-    sinks = []
-    wandb_sink = None
-    if main_process:
-        mode = wandb_mode(config)
-        if mode is not None:
-            try:
-                wandb_sink = WandbSink(config, run_dir, mode=mode, skip_until=last_logged, message=message,
-                                       artifacts=config.wandb_artifacts)
-                sinks.append(wandb_sink)
-            except Exception as err:  # noqa: BLE001 - logging must never cost the run
-                message(f"wandb: could not start ({_one_line(err)}); continuing without wandb")
-        if config.tensorboard_dir:
-            try:
-                sinks.append(TensorBoardSink(config.tensorboard_dir, purge_step=start + 1 if resume else None))
-            except (OSError, ImportError) as err:
-                for sink in sinks:
-                    sink.close()
-                why = "tensorboardX is not installed (pip install tensorboardX)" if isinstance(err, ImportError) \
-                    else f"cannot write TensorBoard files to {config.tensorboard_dir}: {err.strerror or err}"
-                raise CheckpointError(why) from None
-
-    try:
-        checkpointer = Checkpointer(run_dir, trainer, keep=config.keep_checkpoints, export_params=main_process,
-                                    message=message)
-    except OSError as err:
-        for sink in sinks:
-            sink.close()
-        raise CheckpointError(f"cannot write checkpoints to {run_dir}: {err.strerror or err}") from None
-    stop = StopSignals(message=message).install()
-    hook = CheckpointHook(checkpointer, every_updates=config.save_interval,
-                          every_minutes=config.save_interval_minutes, message=message,
-                          on_saved=wandb_sink.log_checkpoint if wandb_sink is not None else None,
-                          final_export=main_process, start_update=start)
-    return RunSession(hooks=[stop, NanGuard(), hook], sinks=sinks, stop=stop, checkpoint_hook=hook,
-                      run_dir=run_dir, resumed_from=resume)

@@ -1,16 +1,43 @@
-"""The one place for configuration: every hyperparameter, its default, and the checks on it.
+"""The one place for configuration: every option, its default, its help text, and the checks on it.
 
-`TrainConfig` is frozen so a config can key a compile cache and be stored in a checkpoint as-is.
-`resolve(config)` applies `auto_scale_for_batch_size` and validates; everything downstream takes a
-resolved config and never mutates it.
+`TrainConfig` is a tree of frozen dataclasses, one per concern:
+
+    config.env       EnvConfig       which env, how many, how long
+    config.ppo       PPOConfig       the PPO update's hyperparameters
+    config.network   NetworkConfig   the actor-critic and how the rollout stores observations
+    config.run       RunConfig       seeds, run folder, checkpoints, resume, devices
+    config.logging   LoggingConfig   evaluation episodes, wandb, TensorBoard
+    config.stages    one dataclass per stage family (DTC, RND, count, ...), registered by the family itself
+                     (stage_options.py): adding a stage option touches neither this file nor the PPO code
+    config.agent, config.extra_stages   which extra pipeline stages run
+
+Every option also has a flat name, unique across the tree (`num_envs`, `lr`, `dtc_seq_len`): the command line's
+flag (`--num-envs`, cli.py), the key of a checkpoint's stored config, and what `config.replace(**flat)` and
+`TrainConfig.from_flat(**flat)` take. The help text of a flag is its field's docstring.
+
+Some options are `auto` (None, "auto"): their value follows from others or from the env. `resolve(config,
+env_spec)` settles every one of them, once, and validates; the result is what trains, what the checkpoint stores
+and what `--resume` reads back (so a changed default never changes a resumed run).
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 import math
 import os
+import textwrap
+import types
+import typing
 from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Literal
+
+from hephaestus.dtc.options import DTC_STAGES
+from hephaestus.stage_options import ConfigError, families
+
+__all__ = ["ConfigError", "TrainConfig", "resolve", "validate", "DTC_STAGES"]
 
 # PureJaxRL/CleanRL reference batch: 256 envs x 128 steps split into 4 minibatches for 4 epochs.
 # Users found that growing the batch without rebalancing these hurts (bigger, less noisy minibatches
@@ -22,12 +49,23 @@ MAX_MINIBATCHES = 64
 MIN_EPOCHS = 2
 ENCODERS = ("auto", "mlp", "cells")
 OBS_DTYPES = ("auto", "float32", "bfloat16", "uint8")
-# Hyperparameters whose default depends on the environment family (the part of --env before ":"): a TrainConfig
-# field left at None takes its family's value, else FALLBACK_DEFAULTS'. HackMatrix: with an entropy bonus of
-# 0.01, about half the seeds settle within 2e6 steps into surviving without clearing stages (the seeds' "entropy
+# Hyperparameters whose default depends on the environment family (the part of --env before ":"): a field left
+# at None (auto) takes its family's value, else FALLBACK_DEFAULTS'. HackMatrix: with an entropy bonus of 0.01,
+# about half the seeds settle within 2e6 steps into surviving without clearing stages (the seeds' "entropy
 # collapse"); with 0.03 every seed tried kept clearing stages (specs/hackmatrix.md, "Learning").
 FALLBACK_DEFAULTS = {"ent_coef": 0.01, "hidden_dim": 256}
 ENV_DEFAULTS = {"hackmatrix": {"ent_coef": 0.03}}
+
+# PPO hyperparameters that are data, not compile-time constants: they live in `RunnerState.hyper` (float32, per
+# agent with --num-seeds), so runs and sweep points that differ only in them share one compiled program.
+DATA_HYPERPARAMETERS = ("lr", "gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm")
+
+# --agent NAME -> (extra stages, flat config changes). ppo: none. dtc: world-model ensemble + dual-timescale
+# intrinsic reward. disagreement: the same with competence off (plain ensemble disagreement). rnd: Random Network
+# Distillation. count: tabular count bonus (the oracle on small discrete envs).
+AGENTS = {"ppo": ((), {}), "dtc": (DTC_STAGES, {}), "disagreement": (DTC_STAGES, {"dtc_competence_coef": 0.0}),
+          "rnd": (("rnd",), {}), "count": (("count_bonus",), {})}
+OBS_READING_STAGES = DTC_STAGES + ("rnd", "count_bonus")
 
 
 def env_defaults(env: str) -> dict:
@@ -35,172 +73,378 @@ def env_defaults(env: str) -> dict:
     return {**FALLBACK_DEFAULTS, **ENV_DEFAULTS.get(env.partition(":")[0], {})}
 
 
-# PPO hyperparameters that are data, not compile-time constants: they live in `RunnerState.hyper` (float32, per
-# agent with --num-seeds), so runs and sweep points that differ only in them share one compiled program.
-DATA_HYPERPARAMETERS = ("lr", "gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm")
+def _env_default_text(name: str) -> str:
+    special = [f"{values[name]} for {family}" for family, values in ENV_DEFAULTS.items() if name in values]
+    return ", ".join(special + [f"else {FALLBACK_DEFAULTS[name]}"]) if special else str(FALLBACK_DEFAULTS[name])
 
 
-class ConfigError(ValueError):
-    """A configuration a run cannot start with; the message is one line, fit for the console."""
+# ----------------------------------------------------------------------------------------------------------
+# The sections. Field metadata: "flat" (flat name, when not the field name), "flag" (command-line flag, when not
+# --<flat name>), "metavar" (its value's name in --help), "parse" ("number": 1e8 accepted for an int; "csv": a comma-separated tuple), "values" ("01": a
+# bool written 0/1), "default_text" (the default as --help shows it).
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """environment"""
+
+    name: str = field(default="hackmatrix", metadata={"flat": "env"})
+    """hackmatrix, gymnax:<id> (e.g. gymnax:CartPole-v1), jumanji:<id> (e.g. jumanji:Snake-v1) or craftax:<id>"""
+    num_envs: int = 64
+    """parallel environments, global across devices"""
+    num_steps: int = 128
+    """steps per env per rollout; batch = num-envs x num-steps"""
+    total_timesteps: int = field(default=1_000_000, metadata={"parse": "number"})
+    """env steps to train for; accepts 1e8"""
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO"""
+
+    lr: float = 2.5e-4
+    """Adam learning rate"""
+    anneal_lr: bool = True
+    """decay the learning rate linearly to 0 over the run"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    num_minibatches: int | None = field(default=None, metadata={
+        "default_text": f"auto: {REFERENCE_MINIBATCHES}, auto-scaled for batches over {REFERENCE_BATCH:,} unless this "
+                        "or --update-epochs is set"})
+    """minibatches per epoch"""
+    update_epochs: int | None = field(default=None, metadata={
+        "default_text": f"auto: {REFERENCE_EPOCHS}, auto-scaled, see above"})
+    """passes over each batch"""
+    clip_eps: float = 0.2
+    """PPO ratio clip"""
+    vf_coef: float = 0.5
+    """value loss weight"""
+    ent_coef: float | None = field(default=None, metadata={"default_text": f"auto: {_env_default_text('ent_coef')}"})
+    """entropy bonus weight"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    normalize_advantages: bool = True
+    """normalise advantages per minibatch"""
+    clip_value_loss: bool = True
+    """clip the value loss like the policy ratio"""
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """network"""
+
+    hidden_dim: int | None = field(default=None, metadata={"default_text": f"auto: {_env_default_text('hidden_dim')}"})
+    """MLP width"""
+    num_layers: int = 2
+    """MLP hidden layers"""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """hidden activation"""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """matmul dtype; parameters and reductions stay float32"""
+    encoder: Literal["auto", "mlp", "cells"] = "auto"
+    """observation encoder: cells embeds each board cell with shared weights (envs declaring obs_cells, e.g.
+    hackmatrix: half the multiply-adds of an MLP reading all 1545 inputs, and a translation-invariant prior), mlp
+    feeds the flat observation; auto = mlp for now (cells did not yet learn as well on HackMatrix: resolve_encoder)"""
+    cell_dim: int = 16
+    """per-cell embedding width of the cells encoder"""
+    obs_dtype: Literal["auto", "float32", "bfloat16", "uint8"] = "auto"
+    """how the rollout buffer stores observations (the largest array of a rollout): uint8 is exact for envs
+    declaring obs_quanta (hackmatrix) at a quarter of float32's memory; bfloat16 halves it, rounding what the
+    policy sees; auto = uint8 where exact and no extra stage reads observations, else float32"""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """run, checkpoints and devices"""
+
+    seed: int = 0
+    """PRNG seed"""
+    num_seeds: int = 1
+    """independent agents trained together by one vmapped program, seeded --seed, --seed+1, ...; metrics hold
+    their mean, std, IQM and per-seed values (specs/pipeline.md, "Many seeds")"""
+    log_interval: int = 10
+    """PPO updates per compiled chunk, i.e. per console line"""
+    run_name: str = field(default="", metadata={
+        "default_text": "auto: <env>_s<seed>, or <env>_s<first>-<last> with --num-seeds"})
+    """name of the run and of checkpoints/<run-name>/"""
+    checkpoint_dir: str = "checkpoints"
+    """where run folders go"""
+    resume: str = field(default="", metadata={"default_text": "none", "metavar": "PATH"})
+    """continue from checkpoints/<run>/ (its latest checkpoint) or one step directory in it; the checkpoint's
+    stored config is the base, flags and --config given again change it"""
+    keep_checkpoints: int = 3
+    """newest checkpoints to keep"""
+    save_interval_minutes: float = 10.0
+    """minutes between checkpoints"""
+    save_interval: int = field(default=0, metadata={"default_text": "0 = use --save-interval-minutes", "metavar": "UPDATES"})
+    """save every this many PPO updates instead (checked after each chunk)"""
+    keep_optimizer: bool = False
+    """on a resume with a different --num-envs, keep the optimizer state (default: reset)"""
+    startup_timeout: float = field(default=300.0, metadata={"metavar": "SECONDS"})
+    """seconds a start-up phase (setup, first compile, first chunk) may make no CPU progress before the run stops
+    with a one-line error (a deadlock, not a slow compile; watchdog.py; 0 = off)"""
+    num_devices: int = field(default=0, metadata={"default_text": "0 = all"})
+    """devices to split the envs over; --num-envs must divide by it"""
+    distributed: bool = False
+    """multi-host: call jax.distributed.initialize() first; run the same command on every host (automatic on TPU
+    pod slices)"""
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """evaluation and logging"""
+
+    eval_every: int = field(default=0, metadata={"default_text": "0 = off", "metavar": "UPDATES"})
+    """evaluate after the chunk in which the update count crosses a multiple of this: eval/ metrics in every
+    sink (evaluation.py: its own compiled program, never in the training timing)"""
+    eval_episodes: int = 32
+    """complete episodes per evaluation, run in parallel, greedy (argmax over valid actions)"""
+    eval_max_steps: int = 1000
+    """evaluation episodes are cut after this many steps (eval/capped_rate)"""
+    eval_sampled: bool = False
+    """also evaluate the sampled policy, under eval_sampled/"""
+    final_eval_episodes: int = 100
+    """episodes of the evaluation at the end of the run, written to <run>/eval.json (0 = off)"""
+    wandb: bool | None = field(default=None, metadata={
+        "default_text": "auto: on when WANDB_API_KEY or a ~/.netrc entry for api.wandb.ai exists; offline without "
+                        "a key or network"})
+    """log to Weights & Biases"""
+    wandb_project: str = field(default="hephaestus", metadata={"flag": "--project"})
+    """wandb project"""
+    wandb_entity: str = field(default="", metadata={"flag": "--entity", "default_text": "yours"})
+    """wandb entity"""
+    wandb_artifacts: bool = field(default=True, metadata={"flag": "--artifact"})
+    """upload each checkpoint to wandb as an artifact (--no-artifact: do not)"""
+    tensorboard_dir: str = field(default="", metadata={"flag": "--tensorboard", "default_text": "off", "metavar": "DIR"})
+    """also write TensorBoard event files to this directory"""
+
+
+SECTIONS = {"env": EnvConfig, "ppo": PPOConfig, "network": NetworkConfig, "run": RunConfig, "logging": LoggingConfig}
+
+
+def _stage_options_class():
+    """One dataclass with a field per registered stage family (stage_options.py), each defaulting to its options."""
+    fields = [(name, cls, field(default_factory=cls)) for name, cls in sorted(families().items())]
+    cls = dataclasses.make_dataclass("StageOptions", fields, frozen=True)
+    cls.__doc__ = "options of the extra stage families (stage_options.py)"
+    return cls
+
+
+StageOptions = _stage_options_class()
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    # environment
-    env: str = "hackmatrix"
-    num_envs: int = 64
-    num_steps: int = 128
-    total_timesteps: int = 1_000_000
-    # PPO
-    lr: float = 2.5e-4
-    anneal_lr: bool = True
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    num_minibatches: int = REFERENCE_MINIBATCHES
-    update_epochs: int = REFERENCE_EPOCHS
-    clip_eps: float = 0.2
-    vf_coef: float = 0.5
-    ent_coef: float | None = None  # None: the env's default (env_defaults: 0.03 for hackmatrix, else 0.01)
-    max_grad_norm: float = 0.5
-    normalize_advantages: bool = True
-    clip_value_loss: bool = True
-    # network
-    hidden_dim: int | None = None  # None: the env's default (env_defaults)
-    num_layers: int = 2
-    activation: str = "tanh"
-    dtype: str = "float32"  # matmul dtype; parameters and reductions stay float32
-    # Observation encoder. "cells": for envs declaring `obs_cells = (flat, cells, channels)` (HackMatrix:
-    # 33 + 36 x 42), embed each cell's channels with one Dense shared by all cells (and by actor and critic),
-    # then the MLPs: half the multiply-adds of a network whose first layer reads all 1545 inputs, and a
-    # translation-invariant prior on cells. "mlp": the flat observation straight into the MLPs. "auto": mlp
-    # for now; cells did not yet learn as well on HackMatrix (resolve_encoder, specs/pipeline.md).
-    encoder: str = "auto"
-    cell_dim: int = 16  # per-cell embedding width of the cells encoder (42 one-hot-ish channels -> 16)
-    # Rollout-buffer dtype of observations (obs_storage.py), the largest array of a rollout (2048 x 128 x 1545
-    # floats = 1.6 GB in float32). "uint8": exact, for envs declaring obs_quanta (HackMatrix): a quarter of the
-    # memory, bit-identical observations. "bfloat16": half, lossy; the policy acts on the rounded values.
-    # "auto": uint8 where the env declares obs_quanta and no extra stage reads observations (DTC), else float32.
-    obs_dtype: str = "auto"
-    # pipeline: extra stages (registered in stages.py) inserted after the core stage they name
-    extra_stages: tuple[str, ...] = ()
-    # DTC (specs/dtc.md): world-model ensemble + replay + dual-timescale intrinsic reward, used by the
-    # `world_model` and `intrinsic_reward` stages (--agent dtc). Defaults are CPU-sized; TPU-sized settings
-    # (specs/dtc.md): deter 512, stoch 32x32, hidden 512, replay 65536 sequences, wm batch 64.
-    dtc_ensemble_size: int = 5  # K members, parameters stacked on a leading axis and vmapped
-    dtc_deter_dim: int = 64  # GRU state h
-    dtc_stoch_groups: int = 8  # categorical latents z: groups x classes
-    dtc_stoch_classes: int = 8
-    dtc_hidden_dim: int = 64  # MLP width inside the RSSM
-    dtc_unimix: float = 0.01  # uniform mixture in every latent categorical
-    dtc_free_bits: float = 1.0  # nats; KL terms below this give no gradient
-    dtc_kl_dyn: float = 0.5  # KL balancing: weight pulling the prior to the posterior
-    dtc_kl_rep: float = 0.1  # ... and the posterior to the prior
-    dtc_wm_lr: float = 1e-3
-    dtc_wm_grad_clip: float = 100.0  # per-member global-norm clip
-    # Replay ratio: replayed transitions (wm_batch x seq_len per gradient step) per env step; the gradient steps per
-    # PPO update follow from it (TrainConfig.dtc_wm_steps). 0: a frozen model (novelty only, for measuring). The
-    # old fixed 1 step per update was a ratio of 0.25 on DeepSea and the ensemble barely learned (issue 20).
-    dtc_replay_ratio: float = 1.0
-    dtc_bootstrap: bool = True  # each member trains on its own replay draws (bootstrap), not one shared batch
-    dtc_wm_batch: int = 16  # replayed sequences per gradient step
-    dtc_seq_len: int = 16  # replay sequence length; must divide num_steps
-    dtc_replay_capacity: int = 2048  # sequences in the on-device ring buffer
-    dtc_frontier_fraction: float = 0.5  # share of each replay batch drawn from the most recent window
-    dtc_frontier_window: int = 512  # sequences in that window
-    dtc_intrinsic_coef: float = 0.05  # reward += coef * (novelty + competence term)
-    dtc_competence_coef: float = 1.0  # gain of competence on per-transition novelty (0: disagreement alone)
-    dtc_fast_rate: float = 0.1  # C_fast = EMA(novelty, 0.1)
-    dtc_slow_rate: float = 0.005  # C_slow = EMA(novelty, 0.005)
-    dtc_boredom_threshold: float = 0.01  # competence below this counts as "not learning"
-    dtc_boredom_rise: float = 0.01  # per update while not learning
-    dtc_boredom_decay: float = 0.05  # per update while learning
-    dtc_min_horizon: int = 8  # dream horizon range for part 2 (set by boredom)
-    dtc_max_horizon: int = 64
-    # RND (bonus.py, --agent rnd): a predictor learns a fixed random network's embedding of the next observation;
-    # the bonus is its squared error before it trains on the batch, divided by a running RMS.
-    rnd_coef: float = 0.5  # reward += coef * normalised prediction error
-    rnd_hidden_dim: int = 64
-    rnd_embed_dim: int = 32
-    rnd_lr: float = 1e-3
-    rnd_steps: int = 4  # predictor gradient steps (full batch) per PPO update
-    # Tabular count bonus (bonus.py, --agent count): reward += coef / sqrt(n(next_obs)), n counted per hashed
-    # observation; the oracle for small discrete envs (DeepSea), useless on continuous ones.
-    count_coef: float = 0.5
-    count_table_size: int = 1 << 20  # hash buckets (int32 each); keep >> distinct observations
-    # bookkeeping
-    seed: int = 0
-    # Independent agents trained by one vmapped program (specs/pipeline.md, "Many seeds"): agent i is seeded
-    # with seed + i and is exactly the single-seed run of that seed. 1: the single-agent program, no seed axis.
-    num_seeds: int = 1
-    log_interval: int = 10  # PPO updates per compiled chunk, i.e. per console line
-    # evaluation episodes (evaluation.py): their own compiled program, run between chunks, never in their timing
-    eval_every: int = 0  # evaluate after the chunk in which the update count crosses a multiple of this; 0 = off
-    eval_episodes: int = 32  # K episodes per evaluation, all in parallel, greedy (argmax over valid actions)
-    eval_max_steps: int = 1000  # an episode not ended by then is cut (eval/capped_rate)
-    eval_sampled: bool = False  # also evaluate the sampled policy (eval_sampled/ keys)
-    final_eval_episodes: int = 100  # episodes of the evaluation at the end of every run -> eval.json; 0 = off
-    run_name: str = ""
-    checkpoint_dir: str = "checkpoints"
-    # checkpoints, resume and logging (specs/checkpoints.md)
-    keep_checkpoints: int = 3  # newest checkpoints kept under checkpoint_dir/run_name/
-    save_interval_minutes: float = 10.0  # wall-clock interval between checkpoints...
-    save_interval: int = 0  # ...or every this many PPO updates when > 0
-    resume: str = ""  # run directory or step directory to continue from
-    keep_optimizer: bool = False  # on a resume that re-creates env states, keep the optimizer state anyway
-    wandb: bool | None = None  # None: on when an API key is configured; True: on (offline without a key)
-    wandb_project: str = "hephaestus"
-    wandb_entity: str = ""
-    wandb_artifacts: bool = True  # upload each checkpoint as a wandb artifact
-    tensorboard_dir: str = ""  # write TensorBoard event files here when set
-    # devices (specs/distributed.md): num_envs is global and splits over the `data` mesh axis
-    num_devices: int = 0  # 0 = every device of every host
-    distributed: bool = False  # call jax.distributed.initialize() first (multi-host; auto on TPU pod slices)
-    # seconds a start-up phase (setup, first compile, first chunk) may go without CPU progress before the run
-    # stops with one line saying where it is stuck (watchdog.py); 0 = off
-    startup_timeout: float = 300.0
-    # auto-scale bookkeeping: which of the two knobs the user set explicitly
-    user_set_minibatches: bool = False
-    user_set_epochs: bool = False
-    # options of extra stages, as (name, value) pairs so the config stays hashable
-    stage_options: tuple[tuple[str, float], ...] = field(default_factory=tuple)
-
-    def __post_init__(self):
-        # Env-dependent defaults are filled at construction, so no None reaches the code that trains. (A later
-        # replace(env=...) keeps them: set them again if the family changes.)
-        for name, value in env_defaults(self.env).items():
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, value)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    agent: Literal[tuple(AGENTS)] = "ppo"
+    """ppo: plain PPO; dtc: world-model ensemble + dual-timescale intrinsic reward; disagreement: dtc with
+    competence off (ensemble disagreement alone); rnd: Random Network Distillation; count: tabular count bonus on
+    the next observation (small discrete envs). Its stages go first in --extra-stages"""
+    extra_stages: tuple[str, ...] = field(default=(), metadata={"parse": "csv", "default_text": "none"})
+    """comma-separated extra pipeline stages (registered in stages.py), e.g. reward_bonus"""
+    stages: StageOptions = field(default_factory=StageOptions)
+    run: RunConfig = field(default_factory=RunConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     @property
     def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def dtc_wm_steps(self) -> int:
-        """World-model gradient steps per PPO update: dtc_replay_ratio x env steps / replayed steps per gradient
-        step, rounded, at least 1 while the ratio is positive."""
-        if self.dtc_replay_ratio <= 0:
-            return 0
-        per_step = self.dtc_wm_batch * self.dtc_seq_len
-        return max(1, round(self.dtc_replay_ratio * self.batch_size / per_step))
+        return self.env.num_envs * self.env.num_steps
 
     @property
     def minibatch_size(self) -> int:
-        return self.batch_size // self.num_minibatches
+        return self.batch_size // self.ppo.num_minibatches
 
     @property
     def num_updates(self) -> int:
         # Round up: a user asking for 1e6 steps gets at least 1e6.
-        return max(1, -(-self.total_timesteps // self.batch_size))
+        return max(1, -(-self.env.total_timesteps // self.batch_size))
 
-    def stage_option(self, name: str, default: float) -> float:
-        return dict(self.stage_options).get(name, default)
+    @classmethod
+    def from_flat(cls, **flat) -> "TrainConfig":
+        """The defaults with the options `flat` names changed: TrainConfig.from_flat(env="gymnax:CartPole-v1")."""
+        return cls().replace(**flat)
 
-    def replace(self, **changes) -> "TrainConfig":
-        return dataclasses.replace(self, **changes)
+    def replace(self, **flat) -> "TrainConfig":
+        """A copy with options changed, by flat name (`num_envs=8`, `dtc_seq_len=4`). ConfigError on an unknown
+        name."""
+        changes: dict = {}
+        for name, value in flat.items():
+            option = options().get(name)
+            if option is None:
+                raise ConfigError(f"unknown option {name!r}{_did_you_mean(name)}")
+            node = changes
+            for part in option.path[:-1]:
+                node = node.setdefault(part, {})
+            node[option.path[-1]] = value
+        return _replace_tree(self, changes)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """{flat name: value} of every option (what a checkpoint stores; tuples as lists after JSON)."""
+        return {name: option.get(self) for name, option in options().items()}
+
+
+def _replace_tree(node, changes: dict):
+    updates = {k: _replace_tree(getattr(node, k), v) if isinstance(v, dict) else v for k, v in changes.items()}
+    return dataclasses.replace(node, **updates)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Options by flat name: the command line, checkpoints, config files and sweeps all speak this vocabulary.
+
+
+@dataclass(frozen=True)
+class Option:
+    flat: str  # unique name: "num_envs", "dtc_seq_len"
+    path: tuple[str, ...]  # ("env", "num_envs"), ("stages", "dtc", "seq_len")
+    type: typing.Any  # the field's annotation, resolved
+    default: typing.Any
+    help: str  # the field's docstring
+    group: str  # --help group: the section's docstring
+    metadata: typing.Mapping
+
+    @property
+    def flag(self) -> str:
+        return self.metadata.get("flag", "--" + self.flat.replace("_", "-"))
+
+    def get(self, config):
+        node = config
+        for part in self.path:
+            node = getattr(node, part)
+        return node
+
+    def kind(self) -> tuple[str, tuple]:
+        """("int" | "float" | "bool" | "str" | "tuple", choices) with Optional stripped."""
+        t = self.type
+        if typing.get_origin(t) in (typing.Union, types.UnionType):
+            t = next(a for a in typing.get_args(t) if a is not type(None))
+        if typing.get_origin(t) is Literal:
+            return "str", typing.get_args(t)
+        if typing.get_origin(t) is tuple:
+            return "tuple", ()
+        return t.__name__, ()
+
+    @property
+    def optional(self) -> bool:
+        return type(None) in typing.get_args(self.type)
+
+    def default_text(self) -> str:
+        if "default_text" in self.metadata:
+            return self.metadata["default_text"]
+        if isinstance(self.default, bool):
+            if self.metadata.get("values") == "01":
+                return str(int(self.default))
+            return "on" if self.default else "off"
+        return str(self.default)
+
+    def check(self, value, where: str):
+        """`value` (from JSON or YAML) as this option's type, else ConfigError "<where> <flat> is X, expected T"."""
+        kind, choices = self.kind()
+        if value is None and self.optional:
+            return None
+        if kind in ("int", "float") and isinstance(value, str):
+            value = _number_text(value, whole=kind == "int")  # YAML reads 1e8 and 3e-4 as strings
+        ok = {"bool": isinstance(value, bool),
+              "int": isinstance(value, int) and not isinstance(value, bool),
+              "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+              "str": isinstance(value, str),
+              "tuple": isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)}[kind]
+        if ok and choices and value not in choices:
+            raise ConfigError(f"{where} {self.flat} is {value!r}, expected one of {', '.join(choices)}")
+        if not ok:
+            expected = {"tuple": "a list of names"}.get(kind, kind)
+            raise ConfigError(f"{where} {self.flat} is {value!r}, expected {expected}")
+        if kind == "float":
+            return float(value)
+        return tuple(value) if kind == "tuple" else value
+
+
+def _number_text(text: str, whole: bool):
+    """1e8 -> 100000000 (whole numbers for int options), 3e-4 -> 0.0003; anything else is returned unchanged (and
+    then refused by the type check)."""
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        return text
+    if not math.isfinite(value) or (whole and value != int(value)):
+        return text
+    return int(value) if whole else value
+
+
+def _field_docs(cls) -> dict[str, str]:
+    """{field: docstring}: the string literal right after each field of a dataclass (what --help shows)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant) \
+                and isinstance(following.value.value, str):
+            docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+def _walk(cls, path: tuple, prefix: str, group: str):
+    hints = typing.get_type_hints(cls)
+    docs = _field_docs(cls)
+    for f in dataclasses.fields(cls):
+        t = hints[f.name]
+        if dataclasses.is_dataclass(t):
+            if path == () and f.name == "stages":
+                for family in (x.name for x in dataclasses.fields(t)):
+                    sub = typing.get_type_hints(t)[family]
+                    yield from _walk(sub, ("stages", family), family + "_", f"stage options: {family}")
+            else:
+                yield from _walk(t, path + (f.name,), "", (t.__doc__ or f.name).strip())
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        flat = f.metadata.get("flat", prefix + f.name)
+        yield Option(flat=flat, path=path + (f.name,), type=t, default=default, help=docs.get(f.name, ""),
+                     group=group, metadata=f.metadata)
+
+
+@lru_cache(maxsize=None)
+def options() -> dict[str, Option]:
+    """Every option of TrainConfig by flat name, in declaration order."""
+    table: dict[str, Option] = {}
+    for option in _walk(TrainConfig, (), "", "pipeline"):
+        if option.flat in table:
+            raise RuntimeError(f"two options are named {option.flat!r}: {table[option.flat].path} and {option.path}")
+        table[option.flat] = option
+    return table
+
+
+def _did_you_mean(name: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(options()), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def from_flat_dict(values: dict, where: str, base: TrainConfig | None = None,
+                   ignore: tuple[str, ...] = ()) -> TrainConfig:
+    """`base` (default: the defaults) with the options of a stored {flat name: value} dict (a checkpoint's config),
+    each type-checked; `where` starts the error line: ConfigError "<where> lr is 'fast', expected float". Keys in
+    `ignore` (options of older versions) are skipped; any other unknown key is an error."""
+    table = options()
+    changes = {}
+    for name, value in values.items():
+        if name in ignore:
+            continue
+        if name not in table:
+            raise ConfigError(f"{where} {name} is not an option of this version{_did_you_mean(name)}")
+        changes[name] = table[name].check(value, where)
+    return (base or TrainConfig()).replace(**changes)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# resolve: every auto settled once, then validate
 
 
 def auto_scale_for_batch_size(num_envs: int, num_steps: int) -> tuple[int, int]:
@@ -216,103 +460,173 @@ def auto_scale_for_batch_size(num_envs: int, num_steps: int) -> tuple[int, int]:
     return min(REFERENCE_MINIBATCHES * scale, MAX_MINIBATCHES), max(MIN_EPOCHS, REFERENCE_EPOCHS // scale)
 
 
-def resolve(config: TrainConfig) -> tuple[TrainConfig, str]:
-    """Apply auto-scaling and validate. Returns the resolved config and a one-line note for the console."""
+def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
+    """Settle every auto option and validate. Returns the resolved config and a one-line note for the console.
+
+    Settled here, in this order: the agent's stages, the env family's defaults (ENV_DEFAULTS), minibatches and
+    epochs (auto_scale_for_batch_size), the run name, and, given `env_spec` (envs.adapters.EnvSpec), the encoder
+    and the observation storage dtype (resolve_for_env). Idempotent: a resolved config resolves to itself."""
+    config = agent_config(config, config.agent)
+    defaults = env_defaults(config.env.name)
+    if config.ppo.ent_coef is None:
+        config = config.replace(ent_coef=defaults["ent_coef"])
+    if config.network.hidden_dim is None:
+        config = config.replace(hidden_dim=defaults["hidden_dim"])
     note = ""
-    if config.user_set_minibatches or config.user_set_epochs:
+    minibatches, epochs = config.ppo.num_minibatches, config.ppo.update_epochs
+    if minibatches is None and epochs is None:
+        minibatches, epochs = auto_scale_for_batch_size(config.env.num_envs, config.env.num_steps)
         if config.batch_size > REFERENCE_BATCH:
-            which = " and ".join(
-                n for n, s in (("--num-minibatches", config.user_set_minibatches),
-                               ("--update-epochs", config.user_set_epochs)) if s)
-            note = f"auto-scale: off ({which} set explicitly)"
-    elif config.batch_size > REFERENCE_BATCH:
-        minibatches, epochs = auto_scale_for_batch_size(config.num_envs, config.num_steps)
-        config = config.replace(num_minibatches=minibatches, update_epochs=epochs)
-        note = (f"auto-scale: batch {config.batch_size:,} -> {minibatches} minibatches of "
-                f"{config.batch_size // minibatches:,} x {epochs} epochs = {minibatches * epochs} gradient steps")
+            note = (f"auto-scale: batch {config.batch_size:,} -> {minibatches} minibatches of "
+                    f"{config.batch_size // minibatches:,} x {epochs} epochs = {minibatches * epochs} gradient steps")
+    elif config.batch_size > REFERENCE_BATCH and \
+            (minibatches, epochs) != auto_scale_for_batch_size(config.env.num_envs, config.env.num_steps):
+        # (a resumed run's stored values are the ones auto-scale chose: nothing to say then)
+        which = " and ".join(n for n, v in (("--num-minibatches", minibatches), ("--update-epochs", epochs)) if v)
+        note = f"auto-scale: off ({which} set explicitly)"
+    config = config.replace(num_minibatches=REFERENCE_MINIBATCHES if minibatches is None else minibatches,
+                            update_epochs=REFERENCE_EPOCHS if epochs is None else epochs)
     try:
         validate(config)
     except ConfigError as err:
         if note.startswith("auto-scale: batch") and "minibatches" in str(err):
             raise ConfigError(f"{err} ({note}; set --num-minibatches to choose)") from None
         raise
-    if not config.run_name:
-        env_tag = config.env.replace(":", "-").replace("/", "-")
-        seeds = f"{config.seed}" if config.num_seeds == 1 else f"{config.seed}-{config.seed + config.num_seeds - 1}"
-        config = config.replace(run_name=f"{env_tag}_s{seeds}")
+    if not config.run.run_name:
+        env_tag = config.env.name.replace(":", "-").replace("/", "-")
+        seed, n = config.run.seed, config.run.num_seeds
+        config = config.replace(run_name=f"{env_tag}_s{seed}" if n == 1 else f"{env_tag}_s{seed}-{seed + n - 1}")
+    if env_spec is not None:
+        config = resolve_for_env(config, env_spec)
     return config, note
 
 
+def resolve_for_env(config: TrainConfig, env_spec) -> TrainConfig:
+    """The part of `resolve` that needs the env (`env_spec`: envs.adapters.EnvSpec): the encoder and the observation
+    storage dtype. make_train calls it with the env it builds (entry points resolve before any env exists)."""
+    unsettled = [name for name, value in (("ent_coef", config.ppo.ent_coef), ("hidden_dim", config.network.hidden_dim),
+                                          ("num_minibatches", config.ppo.num_minibatches),
+                                          ("update_epochs", config.ppo.update_epochs)) if value is None]
+    if unsettled:
+        raise ConfigError(f"{', '.join(unsettled)} not settled: resolve(config) first (config.py)")
+    return config.replace(encoder=resolve_encoder(config, env_spec), obs_dtype=resolve_obs_dtype(config, env_spec))
+
+
+def agent_config(config: TrainConfig, agent: str) -> TrainConfig:
+    """`config` with the agent's extra stages first (then any others already set) and its config changes. Stages
+    already all there keep their order, so settling an agent twice changes nothing."""
+    if agent not in AGENTS:
+        raise ConfigError(f"unknown agent {agent!r}; choose from {', '.join(AGENTS)}")
+    stages, changes = AGENTS[agent]
+    extra = config.extra_stages
+    if not set(stages) <= set(extra):
+        extra = tuple(stages) + tuple(s for s in extra if s not in stages)
+    return config.replace(agent=agent, extra_stages=extra, **changes)
+
+
+def resolve_encoder(config: TrainConfig, spec) -> str:
+    """"mlp" or "cells" for this env (`spec`: envs.adapters.EnvSpec). Raises ConfigError for cells on an env
+    that does not declare its cell structure."""
+    cells = getattr(spec, "obs_cells", None)
+    encoder = config.network.encoder
+    if encoder == "cells" and not cells:
+        raise ConfigError(f"--encoder cells needs an env that declares obs_cells (flat, cells, channels); "
+                          f"{config.env.name} does not (use --encoder mlp)")
+    if encoder == "auto":
+        # mlp even where cells are declared: on HackMatrix (2e6 steps, 64 envs, exact uint8 storage) cells made
+        # stage progress on one seed of two (reward/stage 0.005 -> 0.019 on seed 1, flat at 0.004 on seed 0)
+        # while the MLP did on both (0.0052 -> 0.0150 and 0.0055 -> 0.0142). Not "at least as well" yet.
+        return "mlp"
+    return encoder
+
+
+def resolve_obs_dtype(config: TrainConfig, spec) -> str:
+    """"float32", "bfloat16" or "uint8": how the rollout stores observations (obs_storage.py)."""
+    quantised = getattr(spec, "obs_quanta", None) is not None
+    # DTC's world model and replay, RND and the count bonus read the batch's observations as floats.
+    reads_obs = any(name in OBS_READING_STAGES for name in config.extra_stages)
+    obs_dtype = config.network.obs_dtype
+    if obs_dtype == "uint8":
+        if not quantised:
+            raise ConfigError(f"--obs-dtype uint8 needs an env that declares obs_quanta; {config.env.name} does not "
+                              "(use float32 or bfloat16)")
+        if reads_obs:
+            raise ConfigError("--obs-dtype uint8 cannot be used with --agent dtc, disagreement, rnd or count (they "
+                              "read float observations); use float32 or bfloat16")
+    if obs_dtype != "auto":
+        return obs_dtype
+    return "uint8" if quantised and not reads_obs else "float32"
+
+
 def validate(config: TrainConfig) -> None:
-    check_run_name(config.run_name)
+    """ConfigError (one line naming the flag) for a config no run can start with."""
+    env, ppo, net, run, log = config.env, config.ppo, config.network, config.run, config.logging
+    check_run_name(run.run_name)
     for name in ("lr", "ent_coef", "clip_eps", "vf_coef", "max_grad_norm", "gamma", "gae_lambda"):
-        if not math.isfinite(getattr(config, name)):
-            raise ConfigError(f"--{name.replace('_', '-')} must be a finite number, got {getattr(config, name)}")
-    if not -2**63 <= config.seed < 2**63:
-        raise ConfigError(f"--seed must fit in 64 bits (-2^63 to 2^63-1), got {config.seed}")
-    positive = ("num_envs", "num_steps", "total_timesteps", "num_minibatches", "update_epochs",
-                "hidden_dim", "log_interval", "num_seeds")
-    for name in positive:
-        if getattr(config, name) <= 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
+        if not math.isfinite(getattr(ppo, name)):
+            raise ConfigError(f"--{name.replace('_', '-')} must be a finite number, got {getattr(ppo, name)}")
+    if not -2**63 <= run.seed < 2**63:
+        raise ConfigError(f"--seed must fit in 64 bits (-2^63 to 2^63-1), got {run.seed}")
+    positive = (("num_envs", env), ("num_steps", env), ("total_timesteps", env), ("num_minibatches", ppo),
+                ("update_epochs", ppo), ("hidden_dim", net), ("log_interval", run), ("num_seeds", run))
+    for name, section in positive:
+        if getattr(section, name) <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(section, name)}")
     for name in ("eval_every", "final_eval_episodes"):
-        if getattr(config, name) < 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (0 = off), got {getattr(config, name)}")
+        if getattr(log, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (0 = off), got {getattr(log, name)}")
     for name in ("eval_episodes", "eval_max_steps"):
-        if getattr(config, name) <= 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
-    if config.num_devices < 0:
-        raise ConfigError(f"--num-devices must be >= 0 (0 = all), got {config.num_devices}")
-    if config.num_layers < 0:
-        raise ConfigError(f"--num-layers must be >= 0, got {config.num_layers}")
-    if config.keep_checkpoints <= 0:
-        raise ConfigError(f"--keep-checkpoints must be positive, got {config.keep_checkpoints}")
-    if config.save_interval < 0:
-        raise ConfigError(f"--save-interval must be >= 0 (0 = use --save-interval-minutes), got {config.save_interval}")
-    if not config.startup_timeout >= 0:
-        raise ConfigError(f"--startup-timeout must be 0 (off) or a number of seconds, got {config.startup_timeout}")
-    if not config.save_interval_minutes > 0:
-        raise ConfigError(f"--save-interval-minutes must be positive, got {config.save_interval_minutes}")
-    if config.batch_size % config.num_minibatches:
+        if getattr(log, name) <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(log, name)}")
+    if run.num_devices < 0:
+        raise ConfigError(f"--num-devices must be >= 0 (0 = all), got {run.num_devices}")
+    if net.num_layers < 0:
+        raise ConfigError(f"--num-layers must be >= 0, got {net.num_layers}")
+    if run.keep_checkpoints <= 0:
+        raise ConfigError(f"--keep-checkpoints must be positive, got {run.keep_checkpoints}")
+    if run.save_interval < 0:
+        raise ConfigError(f"--save-interval must be >= 0 (0 = use --save-interval-minutes), got {run.save_interval}")
+    if not run.startup_timeout >= 0:
+        raise ConfigError(f"--startup-timeout must be 0 (off) or a number of seconds, got {run.startup_timeout}")
+    if not run.save_interval_minutes > 0:
+        raise ConfigError(f"--save-interval-minutes must be positive, got {run.save_interval_minutes}")
+    if config.batch_size % ppo.num_minibatches:
         raise ConfigError(
-            f"batch {config.num_envs} envs x {config.num_steps} steps = {config.batch_size:,} does not divide "
-            f"into {config.num_minibatches} minibatches")
-    if config.num_steps < 2:
-        raise ConfigError(f"--num-steps must be at least 2, got {config.num_steps} (a one-step rollout learns "
+            f"batch {env.num_envs} envs x {env.num_steps} steps = {config.batch_size:,} does not divide "
+            f"into {ppo.num_minibatches} minibatches")
+    if env.num_steps < 2:
+        raise ConfigError(f"--num-steps must be at least 2, got {env.num_steps} (a one-step rollout learns "
                           "from one sample per env per update)")
     if config.minibatch_size < 2:
         raise ConfigError(f"minibatches of {config.minibatch_size} sample ({config.batch_size:,} / "
-                          f"{config.num_minibatches}): advantage normalisation sets every advantage to 0 and nothing "
+                          f"{ppo.num_minibatches}): advantage normalisation sets every advantage to 0 and nothing "
                           "is learned; lower --num-minibatches or raise --num-envs")
-    if config.max_grad_norm <= 0:
-        raise ConfigError(f"--max-grad-norm must be positive, got {config.max_grad_norm}")
-    if config.vf_coef < 0:
-        raise ConfigError(f"--vf-coef must be >= 0, got {config.vf_coef}")
-    if not 0.0 <= config.gamma <= 1.0:
-        raise ConfigError(f"--gamma must be in [0, 1], got {config.gamma}")
-    if not 0.0 <= config.gae_lambda <= 1.0:
-        raise ConfigError(f"--gae-lambda must be in [0, 1], got {config.gae_lambda}")
-    if config.lr <= 0:
-        raise ConfigError(f"--lr must be positive, got {config.lr}")
-    if config.clip_eps <= 0:
-        raise ConfigError(f"--clip-eps must be positive, got {config.clip_eps}")
-    if config.dtype not in ("float32", "bfloat16"):
-        raise ConfigError(f"--dtype must be float32 or bfloat16, got {config.dtype!r}")
-    if config.activation not in ("tanh", "relu"):
-        raise ConfigError(f"--activation must be tanh or relu, got {config.activation!r}")
-    if config.encoder not in ENCODERS:
-        raise ConfigError(f"--encoder must be one of {', '.join(ENCODERS)}, got {config.encoder!r}")
-    if config.obs_dtype not in OBS_DTYPES:
-        raise ConfigError(f"--obs-dtype must be one of {', '.join(OBS_DTYPES)}, got {config.obs_dtype!r}")
-    if config.cell_dim <= 0:
-        raise ConfigError(f"--cell-dim must be positive, got {config.cell_dim}")
-    if any(name in DTC_STAGES for name in config.extra_stages):
-        validate_dtc(config)
-    for name in ("rnd_hidden_dim", "rnd_embed_dim", "rnd_steps", "count_table_size"):
-        if getattr(config, name) <= 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
-    if config.rnd_lr <= 0:
-        raise ConfigError(f"--rnd-lr must be positive, got {config.rnd_lr}")
+    if ppo.max_grad_norm <= 0:
+        raise ConfigError(f"--max-grad-norm must be positive, got {ppo.max_grad_norm}")
+    if ppo.vf_coef < 0:
+        raise ConfigError(f"--vf-coef must be >= 0, got {ppo.vf_coef}")
+    if not 0.0 <= ppo.gamma <= 1.0:
+        raise ConfigError(f"--gamma must be in [0, 1], got {ppo.gamma}")
+    if not 0.0 <= ppo.gae_lambda <= 1.0:
+        raise ConfigError(f"--gae-lambda must be in [0, 1], got {ppo.gae_lambda}")
+    if ppo.lr <= 0:
+        raise ConfigError(f"--lr must be positive, got {ppo.lr}")
+    if ppo.clip_eps <= 0:
+        raise ConfigError(f"--clip-eps must be positive, got {ppo.clip_eps}")
+    if net.dtype not in ("float32", "bfloat16"):
+        raise ConfigError(f"--dtype must be float32 or bfloat16, got {net.dtype!r}")
+    if net.activation not in ("tanh", "relu"):
+        raise ConfigError(f"--activation must be tanh or relu, got {net.activation!r}")
+    if net.encoder not in ENCODERS:
+        raise ConfigError(f"--encoder must be one of {', '.join(ENCODERS)}, got {net.encoder!r}")
+    if net.obs_dtype not in OBS_DTYPES:
+        raise ConfigError(f"--obs-dtype must be one of {', '.join(OBS_DTYPES)}, got {net.obs_dtype!r}")
+    if net.cell_dim <= 0:
+        raise ConfigError(f"--cell-dim must be positive, got {net.cell_dim}")
+    for family in dataclasses.fields(config.stages):  # each stage family checks its own options
+        check = getattr(getattr(config.stages, family.name), "validate", None)
+        if check is not None:
+            check(config)
 
 
 def check_run_name(name: str) -> None:
@@ -325,71 +639,3 @@ def check_run_name(name: str) -> None:
            or os.path.isabs(name) or name != name.strip())
     if bad:
         raise ConfigError(f"--run-name {name!r} must be one folder name (no '/', '.', '..' or surrounding spaces)")
-
-
-def resolve_encoder(config: TrainConfig, spec) -> str:
-    """"mlp" or "cells" for this env (`spec`: envs.adapters.EnvSpec). Raises ConfigError for cells on an env
-    that does not declare its cell structure."""
-    cells = getattr(spec, "obs_cells", None)
-    if config.encoder == "cells" and not cells:
-        raise ConfigError(f"--encoder cells needs an env that declares obs_cells (flat, cells, channels); "
-                          f"{config.env} does not (use --encoder mlp)")
-    if config.encoder == "auto":
-        # mlp even where cells are declared: on HackMatrix (2e6 steps, 64 envs, exact uint8 storage) cells made
-        # stage progress on one seed of two (reward/stage 0.005 -> 0.019 on seed 1, flat at 0.004 on seed 0)
-        # while the MLP did on both (0.0052 -> 0.0150 and 0.0055 -> 0.0142). Not "at least as well" yet.
-        return "mlp"
-    return config.encoder
-
-
-def resolve_obs_dtype(config: TrainConfig, spec) -> str:
-    """"float32", "bfloat16" or "uint8": how the rollout stores observations (obs_storage.py)."""
-    quantised = getattr(spec, "obs_quanta", None) is not None
-    # DTC's world model and replay, RND and the count bonus read the batch's observations as floats.
-    reads_obs = any(name in OBS_READING_STAGES for name in config.extra_stages)
-    if config.obs_dtype == "uint8":
-        if not quantised:
-            raise ConfigError(f"--obs-dtype uint8 needs an env that declares obs_quanta; {config.env} does not "
-                              "(use float32 or bfloat16)")
-        if reads_obs:
-            raise ConfigError("--obs-dtype uint8 cannot be used with --agent dtc, disagreement, rnd or count (they "
-                              "read float observations); use float32 or bfloat16")
-    if config.obs_dtype != "auto":
-        return config.obs_dtype
-    return "uint8" if quantised and not reads_obs else "float32"
-
-
-# The stages `--agent dtc` inserts after the rollout, in this order (python/hephaestus/dtc/stages.py).
-DTC_STAGES = ("world_model", "intrinsic_reward")
-# --agent NAME -> (extra stages, config changes). ppo: none. dtc: world-model ensemble + dual-timescale intrinsic
-# reward. disagreement: the same with competence off (plain ensemble disagreement). rnd: Random Network
-# Distillation. count: tabular count bonus (the oracle on small discrete envs).
-AGENTS = {"ppo": ((), {}), "dtc": (DTC_STAGES, {}), "disagreement": (DTC_STAGES, {"dtc_competence_coef": 0.0}),
-          "rnd": (("rnd",), {}), "count": (("count_bonus",), {})}
-OBS_READING_STAGES = DTC_STAGES + ("rnd", "count_bonus")
-
-
-def agent_config(config: TrainConfig, agent: str) -> TrainConfig:
-    """`config` with the agent's extra stages first (then any others already set) and its config changes."""
-    if agent not in AGENTS:
-        raise ConfigError(f"unknown agent {agent!r}; choose from {', '.join(AGENTS)}")
-    stages, changes = AGENTS[agent]
-    extra = tuple(stages) + tuple(s for s in config.extra_stages if s not in stages)
-    return config.replace(extra_stages=extra, **changes)
-
-
-def validate_dtc(config: TrainConfig) -> None:
-    for name in ("dtc_ensemble_size", "dtc_deter_dim", "dtc_stoch_groups", "dtc_stoch_classes", "dtc_hidden_dim",
-                 "dtc_wm_batch", "dtc_seq_len", "dtc_replay_capacity", "dtc_frontier_window"):
-        if getattr(config, name) <= 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
-    if config.dtc_replay_ratio < 0:
-        raise ConfigError(f"--dtc-replay-ratio must be >= 0, got {config.dtc_replay_ratio}")
-    if config.num_steps % config.dtc_seq_len:
-        raise ConfigError(f"--dtc-seq-len {config.dtc_seq_len} must divide --num-steps {config.num_steps}")
-    per_rollout = config.num_steps // config.dtc_seq_len * config.num_envs
-    if config.dtc_replay_capacity < per_rollout:
-        raise ConfigError(f"--dtc-replay-capacity {config.dtc_replay_capacity} holds less than one rollout "
-                          f"({per_rollout} sequences of {config.dtc_seq_len} steps)")
-    if not 0.0 <= config.dtc_frontier_fraction <= 1.0:
-        raise ConfigError(f"--dtc-frontier-fraction must be in [0, 1], got {config.dtc_frontier_fraction}")

@@ -59,8 +59,8 @@ def is_main_process() -> bool:
 
 
 def device_count(config) -> int:
-    """Devices the run uses: `config.num_devices` (0 = all devices of all hosts)."""
-    requested = getattr(config, "num_devices", 0) or 0
+    """Devices the run uses: `config.run.num_devices` (0 = all devices of all hosts)."""
+    requested = config.run.num_devices
     available = jax.device_count()
     if requested > available:
         raise ValueError(f"--num-devices {requested} asks for more devices than the {available} available")
@@ -73,15 +73,15 @@ def check_divisible(config, num_devices: int) -> None:
     """One-line errors, raised before anything compiles."""
     if num_devices <= 1:
         return
-    if config.num_envs % num_devices:
-        options = sorted({m for m in ((config.num_envs // num_devices) * num_devices,
-                                      (config.num_envs // num_devices + 1) * num_devices) if m > 0})
-        raise ValueError(f"--num-envs {config.num_envs} must divide by the {num_devices} devices "
+    if config.env.num_envs % num_devices:
+        options = sorted({m for m in ((config.env.num_envs // num_devices) * num_devices,
+                                      (config.env.num_envs // num_devices + 1) * num_devices) if m > 0})
+        raise ValueError(f"--num-envs {config.env.num_envs} must divide by the {num_devices} devices "
                          f"(try {' or '.join(map(str, options))}, or --num-devices)")
     per_device = config.batch_size // num_devices
-    if per_device % config.num_minibatches:
-        raise ValueError(f"per-device batch {config.num_envs // num_devices} envs x {config.num_steps} steps = "
-                         f"{per_device:,} does not divide into {config.num_minibatches} minibatches")
+    if per_device % config.ppo.num_minibatches:
+        raise ValueError(f"per-device batch {config.env.num_envs // num_devices} envs x {config.env.num_steps} steps = "
+                         f"{per_device:,} does not divide into {config.ppo.num_minibatches} minibatches")
 
 
 def make_mesh(num_devices: int | None = None) -> Mesh:

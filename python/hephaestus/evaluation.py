@@ -211,21 +211,22 @@ def final_evaluation(trainer, runner_state, run_dir: str, message=print) -> dict
     import jax
 
     config = trainer.config
-    if config.final_eval_episodes <= 0:
+    if config.logging.final_eval_episodes <= 0:
         return None
-    num_seeds = getattr(config, "num_seeds", 1)
+    num_seeds = config.run.num_seeds
+    log = config.logging
     update = int(jax.device_get(runner_state.update_step))
     t0 = time.perf_counter()
     # in batches of --eval-episodes: the periodic evaluation's compiled program serves this one too
-    evaluator = Evaluator(trainer.env, trainer.network, config.final_eval_episodes, config.eval_max_steps,
-                          config.eval_sampled, batch=min(config.eval_episodes, config.final_eval_episodes),
+    evaluator = Evaluator(trainer.env, trainer.network, log.final_eval_episodes, log.eval_max_steps,
+                          log.eval_sampled, batch=min(log.eval_episodes, log.final_eval_episodes),
                           num_seeds=num_seeds)
-    metrics, raw = evaluator(runner_state.train_state.params, eval_key(config.seed, update, num_seeds))
-    info = {"source": "final evaluation of the run", "env": config.env, "update": update,
-            "env_steps": update * config.batch_size, "episodes": config.final_eval_episodes,
-            "max_steps": config.eval_max_steps,
-            "batch": evaluator.batch, "policies": ["greedy"] + (["sampled"] if config.eval_sampled else []),
-            "seed": config.seed, "num_seeds": num_seeds}
+    metrics, raw = evaluator(runner_state.train_state.params, eval_key(config.run.seed, update, num_seeds))
+    info = {"source": "final evaluation of the run", "env": config.env.name, "update": update,
+            "env_steps": update * config.batch_size, "episodes": log.final_eval_episodes,
+            "max_steps": log.eval_max_steps,
+            "batch": evaluator.batch, "policies": ["greedy"] + (["sampled"] if log.eval_sampled else []),
+            "seed": config.run.seed, "num_seeds": num_seeds}
     path = write_eval_json(os.path.join(run_dir, EVAL_JSON), metrics, raw, info)
     message(f"final evaluation ({time.perf_counter() - t0:.1f}s, compile included):")
     for prefix in evaluator.programs:

@@ -116,7 +116,7 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
     config = trainer.config
     runner = trainer.runner_state
     steps_per_update = config.batch_size
-    num_seeds = getattr(config, "num_seeds", 1)
+    num_seeds = config.run.num_seeds
     done_updates = int(jax.device_get(runner.update_step))
     total_updates = config.num_updates
     health = HealthMonitor()
@@ -131,13 +131,13 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
     warned_masked = False
 
     evaluator = None
-    if config.eval_every:
+    if config.logging.eval_every:
         from hephaestus.evaluation import Evaluator
-        evaluator = Evaluator(trainer.env, trainer.network, config.eval_episodes, config.eval_max_steps,
-                              config.eval_sampled, num_seeds=num_seeds)
+        evaluator = Evaluator(trainer.env, trainer.network, config.logging.eval_episodes,
+                              config.logging.eval_max_steps, config.logging.eval_sampled, num_seeds=num_seeds)
 
     while done_updates < total_updates:
-        n = min(config.log_interval, total_updates - done_updates)
+        n = min(config.run.log_interval, total_updates - done_updates)
         if compiled is None:
             if startup is not None:
                 startup.enter("first compile")
@@ -147,7 +147,7 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
             if startup is not None:
                 startup.enter("first chunk" if jax.default_backend() == "cpu" else None)
             release_freed_memory()
-            message(f"compile: {result.compile_seconds:.1f}s (chunk of {config.log_interval} updates)")
+            message(f"compile: {result.compile_seconds:.1f}s (chunk of {config.run.log_interval} updates)")
         t0 = time.perf_counter()
         runner, metrics = compiled(runner, np.int32(n))
         wait_ready(metrics)  # in Python, not inside device_get, so a SIGINT/SIGTERM handler runs at once
@@ -177,8 +177,8 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
         avg_sps = (done_updates - start_updates) * steps_per_update / max(run_seconds, 1e-9)
         record["eta_seconds"] = (total_updates - done_updates) * steps_per_update / max(avg_sps, 1e-9)
         record.update(chunk_reduce(metrics) if num_seeds == 1 else seeds_reduce(metrics))
-        if evaluator is not None and done_updates // config.eval_every > before // config.eval_every:
-            evaluation = evaluate_now(evaluator, runner, config.seed, done_updates, message)
+        if evaluator is not None and done_updates // config.logging.eval_every > before // config.logging.eval_every:
+            evaluation = evaluate_now(evaluator, runner, config.run.seed, done_updates, message)
             if "per_seed" in evaluation:  # a --num-seeds run: the eval/ keys join the chunk's per-seed lists
                 record["per_seed"].update(evaluation.pop("per_seed"))
             record.update(evaluation)

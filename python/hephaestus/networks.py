@@ -32,7 +32,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hephaestus.config import resolve_encoder, resolve_obs_dtype
 
 # Finite, so masked entries give exp() == 0 exactly and 0 * logit stays 0 (−inf would make NaNs).
 MASKED_LOGIT = -1e9
@@ -157,11 +156,12 @@ class NetworkSpec:
         --encoder cells on an env without cells."""
         encoder = resolve_encoder(config, env_spec)
         cells = encoder == "cells"
+        net = config.network
         return cls(obs_dim=env_spec.obs_dim, action_dim=env_spec.action_dim, discrete=env_spec.discrete,
-                   hidden_dim=config.hidden_dim, num_layers=config.num_layers, activation=config.activation,
+                   hidden_dim=net.hidden_dim, num_layers=net.num_layers, activation=net.activation,
                    encoder=encoder, obs_cells=tuple(env_spec.obs_cells) if cells else None,
-                   cell_dim=config.cell_dim if cells else cls.META_DEFAULTS["cell_dim"],
-                   obs_dtype=resolve_obs_dtype(config, env_spec), dtype=config.dtype,
+                   cell_dim=net.cell_dim if cells else cls.META_DEFAULTS["cell_dim"],
+                   obs_dtype=resolve_obs_dtype(config, env_spec), dtype=net.dtype,
                    action_low=tuple(env_spec.action_low), action_high=tuple(env_spec.action_high))
 
     def to_meta(self) -> dict:

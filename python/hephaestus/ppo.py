@@ -21,7 +21,7 @@ from flax.training.train_state import TrainState
 
 from hephaestus import episode_stats
 from hephaestus import networks as nets
-from hephaestus.config import DATA_HYPERPARAMETERS, TrainConfig, resolve_obs_dtype
+from hephaestus.config import DATA_HYPERPARAMETERS, TrainConfig, resolve_for_env
 from hephaestus.distributed import Sharder, mesh_for
 from hephaestus.envs.adapters import AdaptedEnv
 from hephaestus.envs.registry import make_env
@@ -80,7 +80,7 @@ def make_optimizer(config: TrainConfig):
     def chain(learning_rate, max_grad_norm):
         return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=1e-5))
 
-    return optax.inject_hyperparams(chain)(learning_rate=config.lr, max_grad_norm=config.max_grad_norm)
+    return optax.inject_hyperparams(chain)(learning_rate=config.ppo.lr, max_grad_norm=config.ppo.max_grad_norm)
 
 
 def initial_hyper(config: TrainConfig, **overrides) -> dict:
@@ -89,7 +89,7 @@ def initial_hyper(config: TrainConfig, **overrides) -> dict:
     unknown = set(overrides) - set(DATA_HYPERPARAMETERS)
     if unknown:
         raise ValueError(f"not data hyperparameters: {', '.join(sorted(unknown))}")
-    hyper = {name: float(getattr(config, name)) for name in DATA_HYPERPARAMETERS}
+    hyper = {name: float(getattr(config.ppo, name)) for name in DATA_HYPERPARAMETERS}
     hyper.update({k: float(v) for k, v in overrides.items()})
     hyper["num_updates"] = float(config.num_updates)
     return hyper
@@ -117,16 +117,17 @@ class Trainer:
 def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     # Devices first: an indivisible --num-envs is a one-line error before anything is built or compiled.
     # With one device `shard` is the identity everywhere and the program is the single-device one.
-    mesh = mesh_for(config)
-    num_seeds = config.num_seeds
-    shard = Sharder(mesh, config.num_envs, config.num_steps, num_seeds=num_seeds)
-    env = env or make_env(config.env)
+    env = env or make_env(config.env.name)
     spec = env.spec
+    config = resolve_for_env(config, spec)  # settles what depends on the env: encoder, observation storage
+    mesh = mesh_for(config)
+    num_seeds = config.run.num_seeds
+    shard = Sharder(mesh, config.env.num_envs, config.env.num_steps, num_seeds=num_seeds)
     network = nets.make_network(spec, config)  # raises ConfigError for --encoder cells on an env without cells
     # How the rollout buffer stores observations (--obs-dtype, obs_storage.py): the batch's largest array.
-    storage = storage_for(resolve_obs_dtype(config, spec), spec)
+    storage = storage_for(config.network.obs_dtype, spec)
     tx = make_optimizer(config)
-    num_envs, num_steps = config.num_envs, config.num_steps
+    num_envs, num_steps = config.env.num_envs, config.env.num_steps
     # Both jitted, so each is traced once: the eval_shape calls below cache the traces that rollout_init and the
     # rollout reuse (tracing a HackMatrix step takes seconds). Run op by op, a HackMatrix reset took 29 s of
     # eager dispatch at start-up; compiled whole, 4 s.
@@ -252,7 +253,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     # (whose observations dominate memory) is never copied whole. Observations stay in their storage dtype
     # until a minibatch is decoded; losses and reductions are float32.
 
-    batch_size, num_minibatches = config.batch_size, config.num_minibatches
+    batch_size, num_minibatches = config.batch_size, config.ppo.num_minibatches
     minibatch_size = batch_size // num_minibatches
     train_keys = ("obs", "action_mask", "action", "log_prob", "value", "advantage", "target")
 
@@ -261,11 +262,11 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         log_ratio = log_prob - mb["log_prob"]
         ratio = jnp.exp(log_ratio)
         adv = mb["advantage"]
-        if config.normalize_advantages:
+        if config.ppo.normalize_advantages:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         clip_eps = hyper["clip_eps"]
         pg_loss = -jnp.mean(jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * adv))
-        if config.clip_value_loss:
+        if config.ppo.clip_value_loss:
             value_clipped = mb["value"] + jnp.clip(value - mb["value"], -clip_eps, clip_eps)
             vf_loss = 0.5 * jnp.mean(jnp.maximum((value - mb["target"]) ** 2, (value_clipped - mb["target"]) ** 2))
         else:
@@ -295,7 +296,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             order = jax.random.permutation(epoch_key, batch_size).reshape(num_minibatches, minibatch_size)
             return jax.lax.scan(minibatch_step, train_state, order)
 
-        train_state, stats = jax.lax.scan(epoch, train_state, jax.random.split(key, config.update_epochs))
+        train_state, stats = jax.lax.scan(epoch, train_state, jax.random.split(key, config.ppo.update_epochs))
         return train_state, batch, state, jax.tree.map(jnp.mean, stats)
 
     # With D devices: each device shuffles its own shard. The batch is viewed as [D, T * N/D] (a local
@@ -330,7 +331,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             order = order.reshape(num_devices, num_minibatches, row_minibatch).swapaxes(0, 1)
             return jax.lax.scan(minibatch_step, train_state, shard.constrain(order, None, "data"))
 
-        train_state, stats = jax.lax.scan(epoch, train_state, jax.random.split(key, config.update_epochs))
+        train_state, stats = jax.lax.scan(epoch, train_state, jax.random.split(key, config.ppo.update_epochs))
         return train_state, batch, state, jax.tree.map(jnp.mean, stats)
 
     # Core stages whose apply takes the agent's data hyperparameters (`hyper=`).
@@ -347,7 +348,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     def one_update(runner: RunnerState, _):
         key, *stage_keys = jax.random.split(runner.key, len(pipeline) + 1)
         hyper = runner.hyper
-        if config.anneal_lr:
+        if config.ppo.anneal_lr:
             frac = 1.0 - runner.update_step.astype(jnp.float32) / hyper["num_updates"]
             lr = hyper["lr"] * jnp.maximum(frac, 0.0)
         else:
@@ -377,7 +378,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             skip = lambda r: (r, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes))
             return jax.lax.cond(slot < num_updates, lambda r: update(r, None), skip, runner)
 
-        runner, metrics = jax.lax.scan(maybe_update, shard.constrain_runner(runner), jnp.arange(config.log_interval))
+        runner, metrics = jax.lax.scan(maybe_update, shard.constrain_runner(runner), jnp.arange(config.run.log_interval))
         # Pin the output layout to the input's, so the next chunk reuses this program; metrics replicated so
         # every host can read them.
         return shard.constrain_runner(runner), shard.replicate(metrics)
@@ -385,9 +386,9 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     compiled_chunk = jax.jit(chunk, donate_argnums=0)
 
     def train_chunk(runner: RunnerState, num_updates: int | None = None):
-        n = config.log_interval if num_updates is None else num_updates
-        if not 0 < n <= config.log_interval:
-            raise ValueError(f"a chunk runs 1..{config.log_interval} updates, not {n}")
+        n = config.run.log_interval if num_updates is None else num_updates
+        if not 0 < n <= config.run.log_interval:
+            raise ValueError(f"a chunk runs 1..{config.run.log_interval} updates, not {n}")
         return compiled_chunk(runner, jnp.int32(n))
 
     # One program for the network, the optimizer, the env reset and the stages, not one compile per op. The
@@ -427,7 +428,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         return init_agents([seed + i for i in range(num_seeds)])
 
     return Trainer(config=config, env=env, network=network, pipeline=pipeline,
-                   runner_state=init_runner_state(config.seed), train_chunk=train_chunk,
+                   runner_state=init_runner_state(config.run.seed), train_chunk=train_chunk,
                    compiled_chunk=compiled_chunk, init_runner_state=init_runner_state, init_agents=init_agents,
                    fresh_runner_state=fresh_runner_state, mesh=mesh, sharder=shard)
 

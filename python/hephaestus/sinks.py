@@ -314,10 +314,10 @@ def wandb_online_problem(timeout: float = 3.0) -> str | None:
 def wandb_mode(config) -> str | None:
     """'online', 'offline' or None (off), and why, from --wandb/--no-wandb, WANDB_MODE and the API key."""
     env_mode = os.environ.get("WANDB_MODE", "").lower()
-    if config.wandb is False or env_mode in ("disabled", "off"):
+    if config.logging.wandb is False or env_mode in ("disabled", "off"):
         return None
     key = wandb_api_key_configured()
-    if config.wandb is None and not key and env_mode not in ("offline", "online", "dryrun"):
+    if config.logging.wandb is None and not key and env_mode not in ("offline", "online", "dryrun"):
         return None
     if env_mode in ("offline", "dryrun"):
         return "offline"
@@ -347,7 +347,7 @@ class WandbSink:
         self.wandb = wandb
         self.skip_until = skip_until
         self.artifacts = artifacts
-        self.run_id = wandb_run_id(config.run_name)
+        self.run_id = wandb_run_id(config.run.run_name)
         directory = os.environ.get("WANDB_DIR") or run_dir
         os.makedirs(directory, exist_ok=True)
         problem = wandb_online_problem() if mode == "online" else None
@@ -356,10 +356,10 @@ class WandbSink:
                     f"(upload later with `wandb sync {directory}/wandb/offline-run-*`)")
             mode = "offline"
             _quiet_wandb_telemetry()
-        elif mode == "offline" and not wandb_api_key_configured() and config.wandb:
+        elif mode == "offline" and not wandb_api_key_configured() and config.logging.wandb:
             message(f"wandb: no API key configured; logging offline (upload later with "
                     f"`wandb sync {directory}/wandb/offline-run-*`)")
-        kwargs = dict(project=config.wandb_project, entity=config.wandb_entity or None, name=config.run_name,
+        kwargs = dict(project=config.logging.wandb_project, entity=config.logging.wandb_entity or None, name=config.run.run_name,
                       id=self.run_id, resume="allow", config=config.to_dict(), dir=directory)
         # silent: wandb's own banners and progress lines would interleave with the console sink; this sink
         # prints the lines that matter. console="off": no stdout wrapping (signals, subprocess pipes).

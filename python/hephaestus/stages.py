@@ -120,7 +120,7 @@ def build_pipeline(ctx: StageContext, core: dict[str, Stage]) -> list[Stage]:
 @register_stage("reward_bonus")
 def reward_bonus_stage(ctx: StageContext) -> Stage:
     """Adds a constant to every reward. Useful as a template and as a check that stages compose."""
-    bonus = float(ctx.config.stage_option("reward_bonus", 1.0))
+    bonus = float(ctx.config.stages.reward_bonus.scale)
 
     def apply(key, train_state, batch, state):
         batch = {**batch, "reward": batch["reward"] + jnp.float32(bonus)}

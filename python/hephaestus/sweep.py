@@ -1,7 +1,7 @@
 """Hyperparameter sweeps (scripts/sweep.py): a grid or a random search, seeds vmapped with the data
 hyperparameters in one program where shapes allow, the rest one program after another.
 
-A sweep point is a dict of TrainConfig fields. Points are grouped by their *static* fields (anything that
+A sweep point is a dict of options by flat name (config.options). Points are grouped by their *static* fields (anything that
 changes shapes or the program: --num-envs, --hidden-dim, --update-epochs, ...): each group is one program that
 trains (points in the group) x (seeds) agents, each agent its own seed and its own data hyperparameters
 (`config.DATA_HYPERPARAMETERS`, held in `RunnerState.hyper`). Seeds are shared across points (common random
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hephaestus.config import DATA_HYPERPARAMETERS, ConfigError, TrainConfig, resolve
+from hephaestus.config import DATA_HYPERPARAMETERS, ConfigError, TrainConfig, options, resolve
 
 # The final metrics the table reports (mean and std over seeds), plus every eval/ and episode/ key a run writes.
 TABLE_METRICS = ("mean_episode_return", "mean_episode_length")
@@ -51,9 +51,9 @@ def parse_value(text: str):
 
 
 def field_name(name: str) -> str:
-    """"ent-coef" or "ent_coef" -> "ent_coef", checked against TrainConfig."""
+    """"ent-coef" or "ent_coef" -> "ent_coef", checked against the config's options."""
     clean = name.strip().lstrip("-").replace("-", "_")
-    if clean not in TrainConfig.__dataclass_fields__ or clean in ("seed", "num_seeds", "run_name", "resume"):
+    if clean not in options() or clean in ("seed", "num_seeds", "run_name", "resume"):
         raise SweepError(f"cannot sweep {name!r}: not a training hyperparameter")
     return clean
 
@@ -153,7 +153,7 @@ def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message
         resolve(config.replace(**split_point(point)[1], num_seeds=1))
     trainer = make_train(config)
     trainer.runner_state = trainer.init_agents(
-        [config.seed + j for _ in group.points for j in range(seeds)],
+        [config.run.seed + j for _ in group.points for j in range(seeds)],
         [split_point(p)[1] for p in group.points for _ in range(seeds)])
     directory = os.path.join(out_dir, group.name)
     os.makedirs(directory, exist_ok=True)
@@ -275,10 +275,11 @@ def main(argv=None) -> int:
     try:
         if args.seeds < 1:
             raise SweepError(f"--seeds must be positive, got {args.seeds}")
-        if args.num_seeds != 1 or args.resume:
+        if getattr(args, "num_seeds", 1) != 1 or getattr(args, "resume", ""):
             raise SweepError("--num-seeds and --resume are not sweep flags (use --seeds)")
         points = points_from_args(args)
-        base, _ = resolve(config_from_args(args).replace(wandb=False))
+        base = config_from_args(args).replace(wandb=False)  # unresolved: each point settles its own autos
+        resolve(base)
         for point in points:  # every point valid before anything compiles
             resolve(base.replace(**point))
     except (SweepError, ConfigError, TypeError) as err:

@@ -12,36 +12,28 @@ import sys
 import threading
 import time
 
-from hephaestus.cli import build_parser, config_from_args, fail
-from hephaestus.config import ConfigError, resolve
+from hephaestus.cli import fail, parse
+from hephaestus.config import resolve
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    resume = None
-    if args.resume:  # the checkpoint's config supplies every flag not given again
-        from hephaestus.checkpoint import CheckpointError, args_for_resume, locate
-        try:
-            resume = locate(args.resume)
-        except CheckpointError as err:
-            fail(str(err))
-        args = args_for_resume(build_parser, argv, resume)
-    try:
-        config, note = resolve(config_from_args(args))
-    except ConfigError as err:
+    try:  # --resume: the checkpoint's stored config, with the options given again on top
+        config, resume = parse(argv)
+        config, note = resolve(config)  # what depends on the env (encoder, obs storage) settles in make_train
+    except ValueError as err:  # ConfigError, CheckpointError: one line
         fail(str(err))
 
     # Multi-host: jax.distributed.initialize() must come before anything touches a device.
     from hephaestus import distributed
     try:
-        distributed.initialize(config.distributed)
+        distributed.initialize(config.run.distributed)
         main_process = distributed.is_main_process()  # only process 0 prints, writes metrics and exports
     except (RuntimeError, AssertionError) as err:  # JAX_PLATFORMS=cuda on a machine without one: a bare assert
         platforms = os.environ.get("JAX_PLATFORMS", "")
         why = str(err).strip().splitlines()[0][:200] if str(err).strip() else "no backend initialised"
         fail(f"jax cannot use the requested platform{f' (JAX_PLATFORMS={platforms})' if platforms else ''}: "
              f"{why}; unset JAX_PLATFORMS or install jax for that platform (README, Installing for TPU or GPU)")
-    run_dir = os.path.join(config.checkpoint_dir, config.run_name)
+    run_dir = os.path.join(config.run.checkpoint_dir, config.run.run_name)
     from hephaestus.runlock import RunLock, RunLockedError
     lock = RunLock(run_dir)
     if main_process:  # one training process per run folder (processes of one multi-host run share it)
@@ -55,7 +47,7 @@ def main(argv=None) -> int:
     # From here until the first chunk has run, a phase with no CPU progress for --startup-timeout seconds ends
     # the run with one line (watchdog.py). Stopped however _train leaves (a one-line error in setup included):
     # called in-process (a notebook, the tests), a watchdog left running would end the caller's process later.
-    watchdog = StartupWatchdog(config.startup_timeout)
+    watchdog = StartupWatchdog(config.run.startup_timeout)
     try:
         return _train(config, note, resume, run_dir, main_process, watchdog)
     finally:
@@ -80,13 +72,13 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
     cache = enable_compilation_cache() or "off"
     watchdog.enter("setup")
     try:
-        env = make_env(config.env)
+        env = make_env(config.env.name)
     except UnknownEnvError as err:
         fail(str(err))
     if note:
         print(note)
-    print(f"run {config.run_name}: {config.env}, {config.num_envs} envs x {config.num_steps} steps, "
-          f"{config.num_updates} updates, {config.num_minibatches} minibatches x {config.update_epochs} epochs, "
+    print(f"run {config.run.run_name}: {config.env.name}, {config.env.num_envs} envs x {config.env.num_steps} steps, "
+          f"{config.num_updates} updates, {config.ppo.num_minibatches} minibatches x {config.ppo.update_epochs} epochs, "
           f"compile cache {cache}")
     t_setup = time.perf_counter()
     try:
@@ -97,7 +89,9 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
         _fail_if_out_of_memory(err, config, "setting up the initial state")
         raise
     print(f"setup: {time.perf_counter() - t_setup:.1f}s (initial state and tracing)")
-    from hephaestus.checkpoint import CheckpointError, prepare_run
+    config = trainer.config  # resolved for the env: encoder and observation storage settled
+    from hephaestus.checkpoint import CheckpointError
+    from hephaestus.run_setup import prepare_run
     watchdog.enter(None)  # restoring a checkpoint and connecting to wandb may wait on a disk or the network
     try:  # restores a --resume checkpoint into trainer.runner_state; refuses before writing anything
         session = prepare_run(config, trainer, run_dir, resume, main_process=main_process, message=print)
@@ -117,7 +111,7 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
     sinks += session.sinks
     t0 = time.perf_counter()
     try:
-        print(distributed.describe(trainer.mesh, config.num_envs))
+        print(distributed.describe(trainer.mesh, config.env.num_envs))
         result = run(trainer, sinks, hooks=session.hooks, message=print, startup=watchdog)
     except TrainingError as err:
         fail(str(err), code=1)
@@ -153,8 +147,8 @@ def _fail_if_out_of_memory(err: RuntimeError, config, doing: str) -> None:
         return
     needed = re.search(r"allocat\w* (\d+) bytes", text)
     size = f"{int(needed.group(1)) / 2**30:,.1f} GiB" if needed else "more memory than the device has"
-    fail(f"out of memory {doing}: XLA needed {size} for {config.num_envs:,} envs x {config.num_steps} steps "
-         f"(batch {config.batch_size:,}, network width {config.hidden_dim}); lower --num-envs or --num-steps",
+    fail(f"out of memory {doing}: XLA needed {size} for {config.env.num_envs:,} envs x {config.env.num_steps} steps "
+         f"(batch {config.batch_size:,}, network width {config.network.hidden_dim}); lower --num-envs or --num-steps",
          code=1)
 
 

@@ -88,10 +88,10 @@ def bonus_probe(ctx):
 def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
     batch = args.num_envs * args.num_steps
     steps = args.episodes * size
-    config = TrainConfig(env=f"deepsea:{size}", num_envs=args.num_envs, num_steps=args.num_steps,
+    config = TrainConfig.from_flat(env=f"deepsea:{size}", num_envs=args.num_envs, num_steps=args.num_steps,
                          total_timesteps=-(-steps // batch) * batch, lr=args.lr, anneal_lr=False, ent_coef=ent_coef,
                          hidden_dim=args.hidden_dim, num_layers=2, num_minibatches=args.num_minibatches,
-                         update_epochs=args.update_epochs, user_set_minibatches=True, user_set_epochs=True,
+                         update_epochs=args.update_epochs,
                          dtc_intrinsic_coef=args.intrinsic_coef, dtc_seq_len=args.seq_len,
                          dtc_replay_ratio=args.replay_ratio, dtc_replay_capacity=args.replay_capacity,
                          dtc_frontier_window=args.replay_capacity // 4, dtc_ensemble_size=args.ensemble_size,
@@ -104,7 +104,7 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
 
 def run(size: int, agent: str, ent_coef: float, args) -> dict:
     config = make_config(size, agent, ent_coef, args)
-    trainer = make_train(config, make_env(config.env))  # the pipeline's own training entry, one config per agent
+    trainer = make_train(config, make_env(config.env.name))  # the pipeline's own training entry, one config per agent
     # Seeds vmapped: each its own init key, so its own network, env resets and DeepSea action map.
     runners = jax.tree.map(lambda *xs: jnp.stack(xs), *[trainer.init_runner_state(s) for s in range(args.seeds)])
     chunk = jax.jit(jax.vmap(lambda r, n: trainer.compiled_chunk(r, n), in_axes=(0, None)))

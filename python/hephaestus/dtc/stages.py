@@ -48,20 +48,20 @@ class WorldModelState:
 
 def sizes_from(config, spec) -> rssm.RSSMSizes:
     return rssm.RSSMSizes(obs_dim=spec.obs_dim, action_dim=spec.action_dim, discrete=spec.discrete,
-                          deter=config.dtc_deter_dim, groups=config.dtc_stoch_groups,
-                          classes=config.dtc_stoch_classes, hidden=config.dtc_hidden_dim,
-                          unimix=config.dtc_unimix, dtype=config.dtype)
+                          deter=config.stages.dtc.deter_dim, groups=config.stages.dtc.stoch_groups,
+                          classes=config.stages.dtc.stoch_classes, hidden=config.stages.dtc.hidden_dim,
+                          unimix=config.stages.dtc.unimix, dtype=config.network.dtype)
 
 
 def make_wm_optimizer(config):
-    return optax.chain(optax.clip_by_global_norm(config.dtc_wm_grad_clip), optax.adam(config.dtc_wm_lr, eps=1e-8))
+    return optax.chain(optax.clip_by_global_norm(config.stages.dtc.wm_grad_clip), optax.adam(config.stages.dtc.wm_lr, eps=1e-8))
 
 
 def make_world_model(config, spec):
     """(model, init(key) -> WorldModelState, train(key, state, batch) -> (state, novelty[T,N], metrics))."""
     sizes = sizes_from(config, spec)
     model = rssm.RSSM(sizes)
-    k, n, seq_len = config.dtc_ensemble_size, config.num_envs, config.dtc_seq_len
+    k, n, seq_len = config.stages.dtc.ensemble_size, config.env.num_envs, config.stages.dtc.seq_len
     tx = make_wm_optimizer(config)
     action_shape = () if spec.discrete else (spec.action_dim,)
     action_dtype = jnp.int32 if spec.discrete else jnp.float32
@@ -71,26 +71,26 @@ def make_world_model(config, spec):
                "reward": jax.ShapeDtypeStruct((seq_len,), jnp.float32),
                "terminated": jax.ShapeDtypeStruct((seq_len,), jnp.bool_),
                "done": jax.ShapeDtypeStruct((seq_len,), jnp.bool_)}
-    wm_steps = config.dtc_wm_steps
+    wm_steps = config.stages.dtc.wm_steps(config.batch_size)
 
     def init(key):
         params = rssm.init_ensemble(model, key, k)
         return WorldModelState(params=params, opt_state=jax.vmap(tx.init)(params),
-                               replay=rp.replay_init(config.dtc_replay_capacity, example),
+                               replay=rp.replay_init(config.stages.dtc.replay_capacity, example),
                                h=jnp.zeros((k, n, sizes.deter), jnp.float32), first=jnp.ones((n,), bool))
 
     def member_update(params, opt_state, seq, key):
         grad_fn = jax.value_and_grad(
-            lambda p: rssm.member_loss(model, p, seq, key, config.dtc_free_bits, config.dtc_kl_dyn,
-                                       config.dtc_kl_rep), has_aux=True)
+            lambda p: rssm.member_loss(model, p, seq, key, config.stages.dtc.free_bits, config.stages.dtc.kl_dyn,
+                                       config.stages.dtc.kl_rep), has_aux=True)
         (_, stats), grads = grad_fn(params)
         stats["wm/grad_norm"] = optax.tree.norm(grads)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, stats
 
     def sample(key, replay):
-        seq = rp.replay_sample(key, replay, config.dtc_wm_batch, config.dtc_frontier_fraction,
-                               config.dtc_frontier_window)
+        seq = rp.replay_sample(key, replay, config.stages.dtc.wm_batch, config.stages.dtc.frontier_fraction,
+                               config.stages.dtc.frontier_window)
         # every replayed sequence starts from a zero state; episode starts inside it reset the state
         seq["first"] = jnp.concatenate([jnp.ones_like(seq["done"][:1]), seq["done"][:-1]], 0)
         return seq
@@ -111,7 +111,7 @@ def make_world_model(config, spec):
             params, opt_state = carry
             key_sample, key_members = jax.random.split(step_key)
             member_keys = jax.random.split(key_members, k)
-            if config.dtc_bootstrap:  # each member its own draws: members see different data (bootstrap)
+            if config.stages.dtc.bootstrap:  # each member its own draws: members see different data (bootstrap)
                 seqs = jax.vmap(sample, in_axes=(0, None))(jax.random.split(key_sample, k), replay)
                 params, opt_state, stats = jax.vmap(member_update)(params, opt_state, seqs, member_keys)
             else:
@@ -169,15 +169,15 @@ def intrinsic_reward_stage(ctx: StageContext) -> Stage:
     def apply(key, train_state, batch, state: intr.IntrinsicState):
         state, n = intr.normalise(state, batch["dtc_novelty"])
         state, competence = intr.competence_step(
-            state, jnp.mean(batch["dtc_novelty"]), config.dtc_fast_rate, config.dtc_slow_rate, config.dtc_boredom_threshold,
-            config.dtc_boredom_rise, config.dtc_boredom_decay)
-        bonus = config.dtc_intrinsic_coef * (n + config.dtc_competence_coef * competence * n)
+            state, jnp.mean(batch["dtc_novelty"]), config.stages.dtc.fast_rate, config.stages.dtc.slow_rate, config.stages.dtc.boredom_threshold,
+            config.stages.dtc.boredom_rise, config.stages.dtc.boredom_decay)
+        bonus = config.stages.dtc.intrinsic_coef * (n + config.stages.dtc.competence_coef * competence * n)
         extrinsic = batch["reward"]
         abs_int, abs_ext = jnp.sum(jnp.abs(bonus)), jnp.sum(jnp.abs(extrinsic))
         metrics = {"dtc/novelty": jnp.mean(n), "dtc/c_fast": state.c_fast, "dtc/c_slow": state.c_slow,
                    "dtc/competence": competence, "dtc/boredom": state.boredom,
-                   "dtc/dream_horizon": intr.dream_horizon(state.boredom, config.dtc_min_horizon,
-                                                           config.dtc_max_horizon),
+                   "dtc/dream_horizon": intr.dream_horizon(state.boredom, config.stages.dtc.min_horizon,
+                                                           config.stages.dtc.max_horizon),
                    "dtc/intrinsic_reward": jnp.mean(bonus),
                    "dtc/intrinsic_share": abs_int / jnp.maximum(abs_int + abs_ext, 1e-8)}
         batch = {**batch, "reward": extrinsic + bonus, "intrinsic_reward": bonus, "dtc_intrinsic_reward": bonus,

@@ -1,0 +1,100 @@
+"""DTC's options (specs/dtc.md): world-model ensemble, replay and the dual-timescale intrinsic reward, read by the
+`world_model` and `intrinsic_reward` stages (--agent dtc). `TrainConfig.stages.dtc`; flags `--dtc-<field>`.
+
+Defaults are CPU-sized; TPU-sized settings (specs/dtc.md): deter 512, stoch 32x32, hidden 512, replay 65536
+sequences, wm batch 64. No jax here: the command line loads this module (hephaestus.stage_options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hephaestus.stage_options import ConfigError, register_options, require_positive
+
+# The stages `--agent dtc` inserts after the rollout, in this order (python/hephaestus/dtc/stages.py).
+DTC_STAGES = ("world_model", "intrinsic_reward")
+
+
+@register_options("dtc")
+@dataclass(frozen=True)
+class DTCOptions:
+    """DTC world model and intrinsic reward (specs/dtc.md)"""
+
+    ensemble_size: int = 5
+    """world-model ensemble members K (parameters stacked on a leading axis and vmapped)"""
+    deter_dim: int = 64
+    """RSSM deterministic (GRU) state size"""
+    stoch_groups: int = 8
+    """RSSM categorical latents"""
+    stoch_classes: int = 8
+    """classes per categorical latent"""
+    hidden_dim: int = 64
+    """RSSM MLP width"""
+    unimix: float = 0.01
+    """uniform mixture in every latent categorical"""
+    free_bits: float = 1.0
+    """nats; KL terms below this give no gradient"""
+    kl_dyn: float = 0.5
+    """KL balancing: weight pulling the prior to the posterior"""
+    kl_rep: float = 0.1
+    """KL balancing: weight pulling the posterior to the prior"""
+    wm_lr: float = 1e-3
+    """world-model learning rate"""
+    wm_grad_clip: float = 100.0
+    """per-member global-norm gradient clip"""
+    replay_ratio: float = 1.0
+    """replayed transitions per env step (sets the world-model gradient steps per update); 0: a frozen model.
+    The old fixed 1 step per update was a ratio of 0.25 on DeepSea and the ensemble barely learned (issue 20)"""
+    bootstrap: bool = field(default=True, metadata={"values": "01"})
+    """1: each member trains on its own replay draws (bootstrap); 0: all on one shared batch"""
+    wm_batch: int = 16
+    """replayed sequences per world-model gradient step"""
+    seq_len: int = 16
+    """replay sequence length; must divide --num-steps"""
+    replay_capacity: int = 2048
+    """replay ring buffer size, in sequences"""
+    frontier_fraction: float = 0.5
+    """share of replay draws from the most recent window"""
+    frontier_window: int = 512
+    """sequences in the recent window"""
+    intrinsic_coef: float = field(default=0.05, metadata={"flag": "--intrinsic-coef"})
+    """intrinsic reward weight: reward += coef x (novelty + competence term)"""
+    competence_coef: float = 1.0
+    """gain of competence on novelty (0 = disagreement alone)"""
+    fast_rate: float = 0.1
+    """C_fast = EMA(novelty, fast rate)"""
+    slow_rate: float = 0.005
+    """C_slow = EMA(novelty, slow rate)"""
+    boredom_threshold: float = 0.01
+    """competence below this counts as "not learning\""""
+    boredom_rise: float = 0.01
+    """boredom rise per update while not learning"""
+    boredom_decay: float = 0.05
+    """boredom decay per update while learning"""
+    min_horizon: int = 8
+    """shortest dream horizon (part 2, set by boredom)"""
+    max_horizon: int = 64
+    """longest dream horizon"""
+
+    def wm_steps(self, batch_size: int) -> int:
+        """World-model gradient steps per PPO update: replay_ratio x env steps / replayed steps per gradient step,
+        rounded, at least 1 while the ratio is positive."""
+        if self.replay_ratio <= 0:
+            return 0
+        return max(1, round(self.replay_ratio * batch_size / (self.wm_batch * self.seq_len)))
+
+    def validate(self, config) -> None:
+        if not any(name in DTC_STAGES for name in config.extra_stages):
+            return
+        require_positive(self, "dtc", "ensemble_size", "deter_dim", "stoch_groups", "stoch_classes", "hidden_dim",
+                         "wm_batch", "seq_len", "replay_capacity", "frontier_window")
+        if self.replay_ratio < 0:
+            raise ConfigError(f"--dtc-replay-ratio must be >= 0, got {self.replay_ratio}")
+        num_steps, num_envs = config.env.num_steps, config.env.num_envs
+        if num_steps % self.seq_len:
+            raise ConfigError(f"--dtc-seq-len {self.seq_len} must divide --num-steps {num_steps}")
+        per_rollout = num_steps // self.seq_len * num_envs
+        if self.replay_capacity < per_rollout:
+            raise ConfigError(f"--dtc-replay-capacity {self.replay_capacity} holds less than one rollout "
+                              f"({per_rollout} sequences of {self.seq_len} steps)")
+        if not 0.0 <= self.frontier_fraction <= 1.0:
+            raise ConfigError(f"--dtc-frontier-fraction must be in [0, 1], got {self.frontier_fraction}")

@@ -1,0 +1,144 @@
+"""The one config: config files with `base:` inheritance under the command line, the shipped presets, and resume
+from the checkpoint's stored resolved config."""
+
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from hephaestus import config as cfg
+from hephaestus.checkpoint import config_of
+from hephaestus.cli import build_parser, config_from_args, parse
+from hephaestus.config import ConfigError, TrainConfig, resolve
+from hephaestus.config_files import load_config_file
+from train_cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
+        "--num-layers", "1", "--num-minibatches", "2", "--update-epochs", "1", "--log-interval", "2", "--no-wandb",
+        "--final-eval-episodes", "0"]
+
+
+def write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def test_base_inheritance_and_command_line_precedence(tmp_path):
+    write(tmp_path / "base.yaml", "env: {name: gymnax:CartPole-v1, num_envs: 8, num_steps: 32}\n"
+                                  "ppo: {lr: 1.0e-3, ent_coef: 0.02}\nstages: {dtc: {seq_len: 8}}\n")
+    child = write(tmp_path / "child.yaml", "base: base.yaml\nenv: {num_envs: 16}\nppo: {lr: 3e-4}\n")
+    config = load_config_file(child)
+    # the child's values win over its base's, the base fills the rest, the defaults everything else
+    assert (config.env.name, config.env.num_envs, config.env.num_steps) == ("gymnax:CartPole-v1", 16, 32)
+    assert (config.ppo.lr, config.ppo.ent_coef, config.stages.dtc.seq_len) == (3e-4, 0.02, 8)
+    assert config.ppo.gamma == TrainConfig().ppo.gamma
+    # flags given on the command line win over the file; flags not given change nothing
+    config, resume = parse(["--config", child, "--num-envs", "4", "--dtc-seq-len", "4"])
+    assert resume is None
+    assert (config.env.num_envs, config.env.num_steps, config.ppo.lr, config.stages.dtc.seq_len) == (4, 32, 3e-4, 4)
+
+
+def test_presets_load_and_validate():
+    presets = {name: resolve(load_config_file(os.path.join(ROOT, "configs", f"{name}.yaml")))[0]
+               for name in ("cartpole", "hackmatrix-tpu", "deepsea-dtc")}
+    cartpole = presets["cartpole"]  # PureJaxRL's settings
+    assert (cartpole.env.num_envs, cartpole.env.num_steps, cartpole.env.total_timesteps) == (4, 128, 500_000)
+    assert (cartpole.ppo.num_minibatches, cartpole.ppo.update_epochs, cartpole.ppo.lr, cartpole.ppo.ent_coef) == \
+        (4, 4, 2.5e-4, 0.01)
+    assert (cartpole.network.hidden_dim, cartpole.network.num_layers, cartpole.network.activation) == (64, 2, "tanh")
+    tpu = presets["hackmatrix-tpu"]
+    assert (tpu.env.name, tpu.env.num_envs, tpu.env.total_timesteps) == ("hackmatrix", 2048, 10**8)
+    assert (tpu.ppo.num_minibatches, tpu.ppo.update_epochs) == (32, 2)  # auto-scaled
+    assert presets["deepsea-dtc"].extra_stages == cfg.DTC_STAGES
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("ppo: {lrr: 0.1}\n", "unknown key ppo.lrr"),
+    ("env: {num_envs: many}\n", "num_envs is 'many', expected int"),
+    ("base: nowhere.yaml\n", "base 'nowhere.yaml' not found"),
+    ("env: [1, 2\n", "not valid YAML"),
+    ("- 1\n- 2\n", "expected a mapping"),
+    ("network: {encoder: conv}\n", "expected one of auto, mlp, cells"),
+])
+def test_a_bad_config_file_is_one_line_and_exit_2(tmp_path, capsys, text, needle):
+    path = write(tmp_path / "bad.yaml", text)
+    assert main("--config", path, "--checkpoint-dir", str(tmp_path)) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
+    assert path in lines[0]
+    assert not os.path.exists(tmp_path / "checkpoints")
+
+
+def test_options_have_unique_flat_names_flags_and_help():
+    options = cfg.options()
+    flags = [option.flag for option in options.values()]
+    assert len(set(flags)) == len(flags)
+    assert all(option.help for option in options.values())  # help text from each field's docstring
+    help_text = build_parser().format_help()
+    for flag in flags:
+        assert flag in help_text, flag
+    with pytest.raises(ConfigError, match="unknown option 'lrr'"):
+        TrainConfig().replace(lrr=0.1)
+
+
+def test_a_resumed_run_keeps_its_stored_resolved_config(tmp_path, capsys, monkeypatch):
+    """The checkpoint stores the resolved config; --resume reads it back without re-parsing, so a default changed
+    since (here the entropy bonus of every env family) does not change the run, and flags given again do."""
+    run = ["--checkpoint-dir", str(tmp_path), "--run-name", "r", "--save-interval", "2"]
+    assert main(*TINY, *run, "--total-timesteps", str(2 * 64)) == 0
+    saved = json.loads((tmp_path / "r" / "2" / "meta" / "metadata").read_text())["config"]
+    assert saved["ent_coef"] == 0.01 and saved["num_minibatches"] == 2 and saved["encoder"] == "mlp"
+    monkeypatch.setitem(cfg.FALLBACK_DEFAULTS, "ent_coef", 0.2)  # a default changes after the run was saved
+    assert resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1"))[0].ppo.ent_coef == 0.2
+    config, ckpt = parse(["--resume", str(tmp_path / "r"), "--total-timesteps", str(4 * 64)])
+    assert ckpt.step == 2 and config.ppo.ent_coef == 0.01 and config.env.total_timesteps == 4 * 64
+    assert (config.run.run_name, config.run.checkpoint_dir) == ("r", str(tmp_path))
+    assert main("--resume", str(tmp_path / "r"), "--total-timesteps", str(4 * 64)) == 0
+    resumed = json.loads((tmp_path / "r" / "4" / "meta" / "metadata").read_text())["config"]
+    assert resumed["ent_coef"] == 0.01 and resumed["total_timesteps"] == 4 * 64
+    assert {k: v for k, v in resumed.items() if k not in ("total_timesteps", "resume")} == \
+        {k: v for k, v in saved.items() if k not in ("total_timesteps", "resume")}
+
+
+def test_an_old_flat_checkpoint_config_still_reads_and_a_foreign_key_is_one_line():
+    old = {k: v for k, v in resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1"))[0].to_dict().items()
+           if k not in ("encoder", "obs_dtype", "agent")}
+    old.update(user_set_minibatches=False, user_set_epochs=False, stage_options=[])  # written by older versions
+    ckpt = SimpleNamespace(config=old, run_dir="/tmp/ck/run", path="/tmp/ck/run/10", step=10)
+    config = config_of(ckpt)
+    assert (config.network.encoder, config.network.obs_dtype) == ("mlp", "float32")  # what old runs were
+    assert config.run.run_name == "run" and config.run.resume == "/tmp/ck/run/10"
+    with pytest.raises(ConfigError, match="checkpoint 10 metadata: config field warp_drive is not an option"):
+        config_of(SimpleNamespace(config={**old, "warp_drive": 1}, run_dir="/tmp/ck/run", path="/tmp/ck/run/10",
+                                  step=10))
+
+
+def test_flags_and_config_from_args_agree():
+    args = build_parser().parse_args(["--total-timesteps", "1e8", "--no-anneal-lr", "--extra-stages", "a, b",
+                                      "--dtc-bootstrap", "0", "--no-artifact", "--agent", "rnd"])
+    config = config_from_args(args)
+    assert config.env.total_timesteps == 10**8 and config.ppo.anneal_lr is False
+    assert config.extra_stages == ("a", "b") and config.stages.dtc.bootstrap is False
+    assert config.logging.wandb_artifacts is False and config.agent == "rnd"
+    assert resolve(config.replace(extra_stages=()))[0].extra_stages == ("rnd",)
+
+
+def test_resolve_settles_every_auto_once_and_is_idempotent():
+    from hephaestus.envs.adapters import EnvSpec
+
+    hm = EnvSpec(name="hackmatrix", obs_dim=1545, discrete=True, action_dim=28, obs_cells=(33, 36, 42),
+                 obs_quanta=(1.0,) * 1545)
+    raw = TrainConfig.from_flat(env="hackmatrix", num_envs=2048, agent="disagreement", dtc_replay_capacity=1 << 15)
+    assert None in (raw.ppo.ent_coef, raw.network.hidden_dim, raw.ppo.num_minibatches) and raw.run.run_name == ""
+    config, note = resolve(raw, hm)
+    assert (config.ppo.ent_coef, config.network.hidden_dim) == (0.03, 256)
+    assert (config.ppo.num_minibatches, config.ppo.update_epochs) == (32, 2) and note.startswith("auto-scale: batch")
+    assert (config.network.encoder, config.network.obs_dtype) == ("mlp", "float32")  # DTC reads float observations
+    assert config.extra_stages == cfg.DTC_STAGES and config.stages.dtc.competence_coef == 0.0
+    assert config.run.run_name == "hackmatrix_s0"
+    again, note_again = resolve(config, hm)
+    assert again == config and note_again == ""  # stored values are what auto-scale chose: nothing to say
+    with pytest.raises(ConfigError, match="resolve\\(config\\) first"):
+        cfg.resolve_for_env(raw, hm)
