@@ -32,6 +32,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from hephaestus.config import resolve_encoder, resolve_obs_dtype
+
 
 # Finite, so masked entries give exp() == 0 exactly and 0 * logit stays 0 (−inf would make NaNs).
 MASKED_LOGIT = -1e9
