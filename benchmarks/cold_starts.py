@@ -52,7 +52,7 @@ def seeds_child() -> int:
     from hephaestus.ppo import make_train
 
     enable_compilation_cache()
-    config, _ = resolve(TrainConfig(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, total_timesteps=64 * 4,
+    config, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, total_timesteps=64 * 4,
                                     num_seeds=SEEDS))
     trainer = make_train(config)  # builds and runs the fresh runner state's program, vmapped over the seeds
     jax.block_until_ready(trainer.runner_state)

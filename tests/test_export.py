@@ -50,7 +50,7 @@ def test_one_network_spec_is_stored_and_rebuilt():
     from hephaestus.networks import NetworkSpec
 
     env = make_env("gymnax:Pendulum-v1")
-    config = TrainConfig(env=env.spec.name, hidden_dim=8, num_layers=1, activation="relu", dtype="bfloat16")
+    config = TrainConfig.from_flat(env=env.spec.name, hidden_dim=8, num_layers=1, activation="relu", dtype="bfloat16")
     spec = NetworkSpec.of(env.spec, config)
     assert (spec.obs_dim, spec.action_dim, spec.discrete, spec.encoder, spec.dtype) == (3, 1, False, "mlp", "bfloat16")
     assert spec.action_low == (-2.0,) and spec.action_high == (2.0,)

@@ -334,7 +334,7 @@ def test_watch_shows_an_env_through_its_declared_presentation(tmp_path, monkeypa
     raw = presented_walk()
     env = adapt_gymnax(raw, raw.default_params, "presented-walk")
     monkeypatch.setattr(watch, "load_env", lambda name: env)
-    config = TrainConfig(env="presented-walk", hidden_dim=8, num_layers=1)
+    config = TrainConfig.from_flat(env="presented-walk", hidden_dim=8, num_layers=1)
     params = make_network(env.spec, config).init(jax.random.PRNGKey(0), np.zeros((1, 3), np.float32))
     path = save_params_npz(str(tmp_path / "p.npz"), params, env="presented-walk",
                            network=network_meta(env.spec, config))
