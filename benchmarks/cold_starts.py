@@ -48,7 +48,7 @@ def seeds_child() -> int:
     import jax
 
     from hephaestus.config import TrainConfig, resolve
-    from hephaestus.loop import enable_compilation_cache
+    from hephaestus.compilation_cache import enable_compilation_cache
     from hephaestus.ppo import make_train
 
     enable_compilation_cache()

@@ -25,7 +25,7 @@ from hephaestus import xla_flags  # noqa: E402
 
 xla_flags.configure()  # as every entry point does, before jax starts (also for the scripts tests start)
 
-from hephaestus.loop import enable_compilation_cache  # noqa: E402
+from hephaestus.compilation_cache import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache(os.environ["JAX_COMPILATION_CACHE_DIR"])
 

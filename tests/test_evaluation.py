@@ -188,7 +188,7 @@ def test_a_run_ends_with_an_evaluation_in_eval_json(finished_run):
 
 
 def test_evaluate_script_end_to_end_and_bad_input(finished_run, tmp_path, capsys):
-    from hephaestus.evaluation import main
+    from hephaestus.evaluate_agent import main
 
     out = tmp_path / "e.json"
     assert main([str(finished_run), "--episodes", "4", "--max-steps", "15", "--sampled", "--batch-size", "3",

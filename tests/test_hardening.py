@@ -284,7 +284,7 @@ def test_out_of_memory_says_what_it_needed(tmp_path, capsys, monkeypatch):
 def test_an_unusable_compilation_cache_is_one_warning_and_the_run_goes_on(tmp_path, capsys, monkeypatch):
     import jax
 
-    from hephaestus.loop import enable_compilation_cache
+    from hephaestus.compilation_cache import enable_compilation_cache
 
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -58,7 +58,7 @@ def watch(script: str | None = None) -> int:
 def evaluate(script: str | None = None) -> int:
     """hephaestus-evaluate = scripts/evaluate.py."""
     _start(script)
-    from hephaestus.evaluation import main
+    from hephaestus.evaluate_agent import main
 
     return main()
 

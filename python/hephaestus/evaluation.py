@@ -15,27 +15,22 @@ Policies: `greedy` (argmax over the valid actions, or the Gaussian mean), `sampl
 length and statistics are those of the part played) and every declared episode statistic
 (episode_stats.summarise: e.g. `eval/stage_reached>=2`, `eval/victory_rate`, `eval/siphons_per_episode`).
 
-The training loop runs it every `--eval-every` updates (loop.py), train.py once at the end of a run
-(`eval.json`), and `scripts/evaluate.py` for any saved agent (`main` below).
+`Evaluator` compiles the programs a caller asks for once and runs them in batches, for one agent or a --num-seeds
+stack of them. The training loop runs it every `--eval-every` updates (loop.py), train.py once at the end of a
+run (`final_evaluation`, eval.json), and `scripts/evaluate.py` for any saved agent (evaluate_agent.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 
 import numpy as np
 
-from hephaestus.watch import WatchError, load_agent, load_env, resolve_params_path
-
 POLICIES = ("greedy", "sampled", "random")
+PREFIXES = {"greedy": "eval/", "sampled": "eval_sampled/", "random": "eval/"}  # metric prefix of each policy
 EVAL_JSON = "eval.json"
-
-
-class EvalError(Exception):
-    """Bad input to scripts/evaluate.py; the message is one line."""
 
 
 def make_evaluator(env, network, episodes: int, max_steps: int, policy: str = "greedy"):
@@ -125,14 +120,18 @@ class Evaluator:
     over it: one call evaluates every agent, agent i with its own key."""
 
     def __init__(self, env, network, episodes: int, max_steps: int, sampled: bool = False, batch: int = 0,
-                 num_seeds: int = 1):
+                 num_seeds: int = 1, policies: tuple[str, ...] | None = None):
+        """`policies` (default: greedy, and sampled if `sampled`) run one after another, each under its prefix
+        (PREFIXES), policy i with the key fold_in(key, i)."""
         import jax
 
         self.stats = env.spec.episode_stats
-        self.episodes, self.batch, self.num_seeds = episodes, batch or episodes, num_seeds
-        policies = {"eval/": "greedy", **({"eval_sampled/": "sampled"} if sampled else {})}
-        self.programs = {prefix: make_evaluator(env, network, self.batch, max_steps, policy)
-                         for prefix, policy in policies.items()}
+        self.episodes, self.batch, self.num_seeds = episodes, min(batch or episodes, episodes), num_seeds
+        self.policies = tuple(policies or ("greedy",) + (("sampled",) if sampled else ()))
+        if len({PREFIXES[p] for p in self.policies}) != len(self.policies):
+            raise ValueError(f"policies {self.policies} would share a metric prefix (greedy and random both log eval/)")
+        self.programs = {PREFIXES[policy]: make_evaluator(env, network, self.batch, max_steps, policy)
+                         for policy in self.policies}
         if num_seeds > 1:
             self.programs = {prefix: jax.jit(jax.vmap(program)) for prefix, program in self.programs.items()}
         self.compiled = False
@@ -234,84 +233,3 @@ def final_evaluation(trainer, runner_state, run_dir: str, message=print) -> dict
             message(line)
     message(f"final evaluation in {path}")
     return metrics
-
-
-# ------------------------------------------------------------------------------------------------ script
-def build_parser():
-    import argparse
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message):  # one line, no usage block
-            self.exit(2, f"evaluate.py: error: {message} (see --help)\n")
-
-    p = Parser(prog="evaluate.py", description="Evaluate a saved agent: K complete episodes in parallel, "
-               "greedy by default; the statistics training logs under eval/.")
-    p.add_argument("path", nargs="?", help="final_params.npz, params_<n>.npz, a run directory or a checkpoint "
-                   "step directory (found as watch_agent.py finds them)")
-    p.add_argument("--episodes", type=int, default=1000, help="episodes, all in parallel (default: 1000)")
-    p.add_argument("--max-steps", type=int, default=1000, help="steps per episode at most (default: 1000)")
-    p.add_argument("--seed", type=int, default=0, help="PRNG seed of the episodes (default: 0)")
-    p.add_argument("--batch-size", type=int, default=0, help="episodes run in parallel per call (default: all); a "
-                   "training run's --eval-episodes reuses its compiled program from the compilation cache")
-    p.add_argument("--sampled", action="store_true", help="also run sampled-policy episodes (eval_sampled/)")
-    p.add_argument("--random", action="store_true", help="the masked-uniform random policy instead of an agent "
-                   "(a baseline; needs --env or a path naming the env)")
-    p.add_argument("--env", help="environment for --random, or for a file that names none")
-    p.add_argument("--seed-index", type=int, default=None, help="which agent of a --num-seeds file (default: 0)")
-    p.add_argument("--json", metavar="FILE", help="also write the metrics and per-episode results to FILE")
-    return p
-
-
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.episodes < 1 or args.max_steps < 1 or args.batch_size < 0:
-            raise EvalError("--episodes and --max-steps must be at least 1, --batch-size at least 0")
-        if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-            raise EvalError(f"--json {args.json}: directory does not exist")
-        import jax
-
-        from hephaestus.loop import enable_compilation_cache
-
-        enable_compilation_cache()
-        if args.random and not args.path:
-            if not args.env:
-                raise EvalError("--random needs --env (or a parameter file naming the env)")
-            env, network, params, meta, source = load_env(args.env), None, None, {}, "random policy"
-        elif not args.path:
-            raise EvalError("give a parameter file or run directory (or --random --env ENV)")
-        else:
-            path = resolve_params_path(args.path)
-            params, meta, env, network = load_agent(path, args.env, args.seed_index)
-            source = path
-        if args.random:
-            policies = ["random"]
-        else:
-            policies = ["greedy"] + (["sampled"] if args.sampled else [])
-        print(f"evaluating {source}: env {env.spec.name}, update {meta.get('update', '-')}, "
-              f"{args.episodes} episodes x at most {args.max_steps} steps, {' and '.join(policies)} policy",
-              flush=True)
-        metrics, raw = {}, {}
-        for i, policy in enumerate(policies):
-            prefix = "eval/" if policy != "sampled" else "eval_sampled/"
-            batch = min(args.batch_size or args.episodes, args.episodes)
-            program = make_evaluator(env, network, batch, args.max_steps, policy)
-            t0 = time.perf_counter()
-            out = run_in_batches(program, params, jax.random.fold_in(jax.random.PRNGKey(args.seed), i),
-                                 args.episodes, batch)
-            raw[prefix] = out
-            metrics.update(summarise(out, env.spec.episode_stats, prefix))
-            print(f"{policy}: {time.perf_counter() - t0:.1f}s (compile included)")
-            print("\n".join(summary_lines(metrics, prefix)), flush=True)
-        if args.json:
-            info = {"source": source, "env": env.spec.name, "update": meta.get("update"),
-                    "env_steps": meta.get("env_steps"), "episodes": args.episodes, "max_steps": args.max_steps,
-                    "batch": batch, "policies": policies, "seed": args.seed}
-            print(f"written {write_eval_json(args.json, metrics, raw, info)}")
-        return 0
-    except (EvalError, WatchError) as err:
-        print(f"evaluate.py: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("stopped", file=sys.stderr)
-        return 130

@@ -7,10 +7,8 @@ each chunk and at the end; they never run inside the compiled program.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import jax
@@ -31,40 +29,6 @@ class SinkError(TrainingError):
 class Hook(Protocol):
     def after_chunk(self, runner_state, record: dict) -> bool: ...  # return True to stop the loop
     def at_end(self, runner_state, record: dict | None) -> None: ...
-
-
-def default_cache_dir() -> str:
-    """`JAX_COMPILATION_CACHE_DIR` if set, else `.jax_cache/` in the project checkout (git-ignored)."""
-    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return os.environ["JAX_COMPILATION_CACHE_DIR"]
-    root = Path(__file__).resolve().parents[2]
-    if (root / "pyproject.toml").exists():
-        return str(root / ".jax_cache")
-    return str(Path.home() / ".cache" / "hephaestus" / "jax")
-
-
-def enable_compilation_cache(path: str | None = None, message: Callable[[str], None] | None = None) -> str | None:
-    """Turn on the persistent compilation cache in `path`. A directory that cannot be created or written (a
-    read-only checkout, a bad JAX_COMPILATION_CACHE_DIR) is one warning, and the run goes on without the cache:
-    returns None then."""
-    path = path or default_cache_dir()
-    try:
-        os.makedirs(path, exist_ok=True)
-        import tempfile
-
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-"):
-            pass
-    except OSError as err:
-        import sys
-
-        (message or (lambda text: print(text, file=sys.stderr)))(
-            f"warning: compilation cache {path} is not usable ({err.strerror or err}); compiling without it")
-        return None
-    jax.config.update("jax_compilation_cache_dir", path)
-    # Cache every program that took noticeable time, including the small CPU ones.
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    return path
 
 
 def release_freed_memory() -> None:

@@ -284,7 +284,7 @@ def main(argv=None) -> int:
             resolve(base.replace(**point))
     except (SweepError, ConfigError, TypeError) as err:
         fail(str(err))
-    from hephaestus.loop import enable_compilation_cache
+    from hephaestus.compilation_cache import enable_compilation_cache
 
     enable_compilation_cache()
     os.makedirs(args.out, exist_ok=True)

@@ -63,7 +63,8 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
 
     # Imported after parsing so --help and flag errors answer instantly.
     from hephaestus.envs.registry import UnknownEnvError, make_env
-    from hephaestus.loop import TrainingError, enable_compilation_cache, run
+    from hephaestus.compilation_cache import enable_compilation_cache
+    from hephaestus.loop import TrainingError, run
     from hephaestus.ppo import make_train
     from hephaestus import episode_stats
     from hephaestus.evaluation import final_evaluation

@@ -549,7 +549,7 @@ def build_parser():
 
 
 def main(argv=None, compile_cache: bool = True) -> int:
-    """The script; `compile_cache` turns on the persistent compilation cache (`loop.enable_compilation_cache`)."""
+    """The script; `compile_cache` turns on the persistent compilation cache (`compilation_cache.enable_compilation_cache`)."""
     args = build_parser().parse_args(argv)
     try:
         if args.episodes < 1 or args.max_steps < 1:
@@ -564,7 +564,7 @@ def main(argv=None, compile_cache: bool = True) -> int:
                              "or --save out.gif")
         player = Player(path, env_override=args.env, greedy=not args.sample, seed_index=args.seed_index)
         if compile_cache:  # jit is lazy: nothing has been compiled yet
-            from hephaestus.loop import enable_compilation_cache
+            from hephaestus.compilation_cache import enable_compilation_cache
 
             enable_compilation_cache()
         which = f" (seed index {player.seed_index} of {player.num_seeds})" if player.num_seeds > 1 else ""

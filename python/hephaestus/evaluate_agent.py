@@ -1,0 +1,93 @@
+"""scripts/evaluate.py: evaluate a saved agent (or the random policy) with the evaluation program of training.
+
+    python scripts/evaluate.py checkpoints/hackmatrix_s0 --episodes 1000 [--sampled] [--json out.json]
+    python scripts/evaluate.py --random --env hackmatrix --episodes 1000
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from hephaestus.evaluation import Evaluator, summary_lines, write_eval_json
+from hephaestus.watch import WatchError, load_agent, load_env, resolve_params_path
+
+
+class EvalError(Exception):
+    """Bad input to scripts/evaluate.py; the message is one line."""
+
+
+def build_parser():
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):  # one line, no usage block
+            self.exit(2, f"evaluate.py: error: {message} (see --help)\n")
+
+    p = Parser(prog="evaluate.py", description="Evaluate a saved agent: K complete episodes in parallel, "
+               "greedy by default; the statistics training logs under eval/.")
+    p.add_argument("path", nargs="?", help="final_params.npz, params_<n>.npz, a run directory or a checkpoint "
+                   "step directory (found as watch_agent.py finds them)")
+    p.add_argument("--episodes", type=int, default=1000, help="episodes, all in parallel (default: 1000)")
+    p.add_argument("--max-steps", type=int, default=1000, help="steps per episode at most (default: 1000)")
+    p.add_argument("--seed", type=int, default=0, help="PRNG seed of the episodes (default: 0)")
+    p.add_argument("--batch-size", type=int, default=0, help="episodes run in parallel per call (default: all); a "
+                   "training run's --eval-episodes reuses its compiled program from the compilation cache")
+    p.add_argument("--sampled", action="store_true", help="also run sampled-policy episodes (eval_sampled/)")
+    p.add_argument("--random", action="store_true", help="the masked-uniform random policy instead of an agent "
+                   "(a baseline; needs --env or a path naming the env)")
+    p.add_argument("--env", help="environment for --random, or for a file that names none")
+    p.add_argument("--seed-index", type=int, default=None, help="which agent of a --num-seeds file (default: 0)")
+    p.add_argument("--json", metavar="FILE", help="also write the metrics and per-episode results to FILE")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.episodes < 1 or args.max_steps < 1 or args.batch_size < 0:
+            raise EvalError("--episodes and --max-steps must be at least 1, --batch-size at least 0")
+        if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+            raise EvalError(f"--json {args.json}: directory does not exist")
+        import jax
+
+        from hephaestus.compilation_cache import enable_compilation_cache
+
+        enable_compilation_cache()
+        if args.random and not args.path:
+            if not args.env:
+                raise EvalError("--random needs --env (or a parameter file naming the env)")
+            env, network, params, meta, source = load_env(args.env), None, None, {}, "random policy"
+        elif not args.path:
+            raise EvalError("give a parameter file or run directory (or --random --env ENV)")
+        else:
+            path = resolve_params_path(args.path)
+            params, meta, env, network = load_agent(path, args.env, args.seed_index)
+            source = path
+        if args.random:
+            policies = ["random"]
+        else:
+            policies = ["greedy"] + (["sampled"] if args.sampled else [])
+        print(f"evaluating {source}: env {env.spec.name}, update {meta.get('update', '-')}, "
+              f"{args.episodes} episodes x at most {args.max_steps} steps, {' and '.join(policies)} policy",
+              flush=True)
+        evaluator = Evaluator(env, network, args.episodes, args.max_steps, batch=args.batch_size,
+                              policies=tuple(policies))
+        t0 = time.perf_counter()
+        metrics, raw = evaluator(params, jax.random.PRNGKey(args.seed))
+        print(f"{' and '.join(policies)}: {time.perf_counter() - t0:.1f}s (compile included)")
+        for prefix in evaluator.programs:
+            print("\n".join(summary_lines(metrics, prefix)), flush=True)
+        if args.json:
+            info = {"source": source, "env": env.spec.name, "update": meta.get("update"),
+                    "env_steps": meta.get("env_steps"), "episodes": args.episodes, "max_steps": args.max_steps,
+                    "batch": evaluator.batch, "policies": policies, "seed": args.seed}
+            print(f"written {write_eval_json(args.json, metrics, raw, info)}")
+        return 0
+    except (EvalError, WatchError) as err:
+        print(f"evaluate.py: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+        return 130
