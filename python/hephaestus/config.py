@@ -362,7 +362,7 @@ def resolve_obs_dtype(config: TrainConfig, spec) -> str:
     return "uint8" if quantised and not reads_obs else "float32"
 
 
-# The stages `--agent dtc` inserts after the rollout, in this order (python/hephaestus/dtc/stages.py).
+# The stages `--agent dtc` inserts after the rollout, in this order (python/hephaestus/dtc/agent.py).
 DTC_STAGES = ("world_model", "intrinsic_reward")
 # --agent NAME -> (extra stages, config changes). ppo: none. dtc: world-model ensemble + dual-timescale intrinsic
 # reward. disagreement: the same with competence off (plain ensemble disagreement). rnd: Random Network

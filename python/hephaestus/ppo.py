@@ -166,8 +166,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
             key_act, key_env = jax.random.split(step_key)
             # The policy acts on the observation as the batch stores it (identical for exact storage), so the
             # stored log-probabilities and values are those of the stored observations.
-            stored_obs = storage.encode(rs.obs)
-            env_action, action, log_prob, value = nets.act(network, params, storage.decode(stored_obs), rs.action_mask,
+            stored_obs = storage.to_storage(rs.obs)
+            env_action, action, log_prob, value = nets.act(network, params, storage.from_storage(stored_obs), rs.action_mask,
                                                            key_act, greedy=False)
             env_keys = shard.constrain_envs(jax.random.split(key_env, num_envs))
             env_state, step = v_step(env_keys, rs.env_state, env_action)

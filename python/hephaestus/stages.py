@@ -91,7 +91,7 @@ def _load_builtin_stages():
     # without the PPO module knowing about any of them.
     import importlib
 
-    for module in ("hephaestus.dtc.stages", "hephaestus.bonus"):
+    for module in ("hephaestus.dtc.agent", "hephaestus.bonus"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:
