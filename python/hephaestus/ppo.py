@@ -187,12 +187,11 @@ def advantage_apply(ctx: PPOContext, key, train_state, batch, state, hyper=None)
 
 
 # ---------------------------------------------------------------------------------------------
-# Stage 3: PPO update, one code path for 1..D devices. The batch is viewed as [D, T * N/D] rows (a local
-# reshape: device d holds envs d*N/D..); each epoch every row gets its own permutation of *indices* and
-# minibatch i takes slice i of every row, so env data never moves between devices and the batch (whose
-# observations dominate memory) is never copied whole. The loss is the mean over the global minibatch, so its
-# gradient is the average of the per-device gradients: one all-reduce per minibatch. Observations stay in their
-# storage dtype until a minibatch is gathered; losses and reductions are float32.
+# Stage 3: PPO update, one code path for 1..D devices. The batch is viewed as [D, T * N/D] rows (device d holds
+# envs d*N/D..); each epoch every row gets its own permutation of *indices* and minibatch i takes slice i of every
+# row, so env data never moves between devices and the batch is never copied whole. The loss is the mean over the
+# global minibatch, so its gradient is the mean of the per-device gradients (one all-reduce per minibatch).
+# Observations stay in their storage dtype until a minibatch is gathered; losses and reductions are float32.
 
 TRAIN_KEYS = ("obs", "action_mask", "action", "log_prob", "value", "advantage", "target")
 
@@ -229,9 +228,10 @@ def to_rows(ctx: PPOContext, x):
 
 def epoch_order(ctx: PPOContext, key):
     """One epoch's minibatch indices, int32[num_minibatches, D, rows / num_minibatches]: a permutation of each
-    row's indices from the row's own key (split from `key`), cut into minibatches."""
+    row's indices from the row's own key, cut into minibatches. Row keys are split from `key`; a single row
+    (one device) uses `key` itself, so one-device runs keep the shuffle stream of the flat update they replace."""
     d, rows = ctx.shard.num_devices, ctx.batch_size // ctx.shard.num_devices
-    keys = ctx.shard.constrain(jax.random.split(key, d), "data")
+    keys = ctx.shard.constrain(key[None] if d == 1 else jax.random.split(key, d), "data")
     order = jax.vmap(lambda k: jax.random.permutation(k, rows))(keys)  # [D, rows]
     order = order.reshape(d, ctx.num_minibatches, rows // ctx.num_minibatches).swapaxes(0, 1)
     return ctx.shard.constrain(order, None, "data")
