@@ -87,7 +87,8 @@ def test_value_clipping_changes_the_value_loss_and_advantages_are_normalised_per
     ratios = [1.0, 1.0, 1.0, 1.0]
     mb = tiny_minibatch(ratios, network, params)
     loss = lambda **kw: ppo_loss(PPOContext(network=network, num_envs=4, num_steps=1, **kw), params, mb, HYPER)[1]
-    clipped, plain = loss(clip_value_loss=True, normalize_advantages=False), loss(clip_value_loss=False, normalize_advantages=False)
+    clipped = loss(clip_value_loss=True, normalize_advantages=False)
+    plain = loss(clip_value_loss=False, normalize_advantages=False)
     assert float(clipped["vf_loss"]) > float(plain["vf_loss"])  # the clipped value is further from its target here
     # ratio 1 everywhere: pg_loss is minus the mean advantage; normalised advantages have mean 0.
     np.testing.assert_allclose(float(plain["pg_loss"]), -np.mean(mb["advantage"]), rtol=1e-6)

@@ -3,10 +3,11 @@
 One mesh axis, `data`, over every device of every host. The environment batch and everything derived from it
 (env states, observations, the rollout, advantages, minibatches) is split along it; parameters, optimizer state,
 the PRNG key and counters are replicated. A stage's own state is laid out as the stage declares
-(`Stage.partition`: per leaf, split with the envs or replicated), never guessed from its shape. The compiled program keeps the *global* view (every stage sees
-`[num_steps, num_envs]` arrays) and GSPMD partitions it: the mesh axis is `AxisType.Auto` and the layout is
-pinned with sharding constraints at stage boundaries (`Sharder`). The PPO update shuffles within each device's
-shard, so env data never crosses devices; the gradient of the global minibatch mean becomes one all-reduce.
+(`Stage.partition`: per leaf, split with the envs or replicated), never guessed from its shape. The compiled
+program keeps the *global* view (every stage sees `[num_steps, num_envs]` arrays) and GSPMD partitions it: the
+mesh axis is `AxisType.Auto` and the layout is pinned with sharding constraints at stage boundaries (`Sharder`).
+The PPO update shuffles within each device's shard, so env data never crosses devices; the gradient of the
+global minibatch mean becomes one all-reduce.
 
 With one device (`mesh is None`) none of this runs: the single-device program is unchanged.
 

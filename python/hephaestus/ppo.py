@@ -20,9 +20,8 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from hephaestus import episode_stats
+from hephaestus import episode_stats, rollout_metrics
 from hephaestus import networks as nets
-from hephaestus import rollout_metrics
 from hephaestus.config import TrainConfig, resolve_obs_dtype
 from hephaestus.distributed import Sharder, mesh_for
 from hephaestus.envs.adapters import AdaptedEnv
@@ -75,9 +74,9 @@ class PPOContext:
 
 
 # ---------------------------------------------------------------------------------------------
-# Stage 1: rollout. Each stored transition pairs the observation the action was chosen from with that
-# action, its log-probability and value; the env's auto-reset observation goes to the *next* transition,
-# and the pre-reset final observation is only used for the truncation bootstrap.
+# Stage 1: rollout. Each stored transition pairs the observation the action was chosen from with that action, its
+# log-probability and value; the env's auto-reset observation goes to the *next* transition, and the pre-reset
+# final observation is only used for the truncation bootstrap.
 
 
 @struct.dataclass
@@ -93,8 +92,9 @@ class RolloutState:
 
 
 # How the rollout state is laid out over devices (Stage.partition): per-env leaves follow their envs.
-ROLLOUT_PARTITION = RolloutState(env_state=ENVS, obs=ENVS, action_mask=ENVS, episode_return=ENVS, episode_length=ENVS,
-                                 last_mean_return=REPLICATED, last_mean_length=REPLICATED, episode_stats=ENVS)
+ROLLOUT_PARTITION = RolloutState(env_state=ENVS, obs=ENVS, action_mask=ENVS, episode_return=ENVS,
+                                 episode_length=ENVS, last_mean_return=REPLICATED, last_mean_length=REPLICATED,
+                                 episode_stats=ENVS)
 
 
 def rollout_init(ctx: PPOContext, key) -> RolloutState:
@@ -182,8 +182,8 @@ def advantage_apply(ctx: PPOContext, key, train_state, batch, state, hyper=None)
     advantage = gae(batch["reward"], batch["value"], next_value, batch["terminated"], done, hyper["gamma"],
                     hyper["gae_lambda"])
     target = advantage + batch["value"]
-    explained_variance = 1.0 - jnp.var(target - batch["value"]) / jnp.maximum(jnp.var(target), 1e-8)
-    return train_state, {**batch, "advantage": advantage, "target": target}, state, {"explained_variance": explained_variance}
+    ev = 1.0 - jnp.var(target - batch["value"]) / jnp.maximum(jnp.var(target), 1e-8)  # explained variance
+    return train_state, {**batch, "advantage": advantage, "target": target}, state, {"explained_variance": ev}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,7 +307,6 @@ def chunk(ctx: PPOContext, pipeline: list[Stage], runner: RunnerState, num_updat
 # ---------------------------------------------------------------------------------------------
 # Building it: the context, the stage list, the compiled chunk and the fresh agents.
 
-
 def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     # Devices first: an indivisible --num-envs is a one-line error before anything is built or compiled.
     mesh = mesh_for(config)
@@ -329,7 +328,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         num_seeds=num_seeds, hyper=initial_hyper(config),
         # How the rollout buffer stores observations (--obs-dtype, obs_storage.py): the batch's largest array.
         storage=storage_for(resolve_obs_dtype(config, spec), spec), shard=shard, env=env, v_reset=v_reset,
-        v_step=v_step, stats=spec.episode_stats, reward_terms=rollout_metrics.reward_terms(v_reset, v_step, spec, num_envs),
+        v_step=v_step, stats=spec.episode_stats,
+        reward_terms=rollout_metrics.reward_terms(v_reset, v_step, spec, num_envs),
         # Named action ranges (EnvSpec.action_groups, e.g. HackMatrix move/siphon/program).
         action_groups=tuple(getattr(spec, "action_groups", ())) if spec.discrete else (),
         store_next_obs=any("next_obs" in stage.reads for stage in extras))
