@@ -46,19 +46,16 @@ def seeds_child() -> int:
 
     xla_flags.configure()
     import jax
-    import jax.numpy as jnp
 
     from hephaestus.config import TrainConfig, resolve
     from hephaestus.loop import enable_compilation_cache
     from hephaestus.ppo import make_train
 
     enable_compilation_cache()
-    config, _ = resolve(TrainConfig(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, total_timesteps=64 * 4))
-    trainer = make_train(config)
-    hyper = {"lr": jnp.float32(config.lr), "num_updates": jnp.float32(config.num_updates)}
-    keys = jax.random.split(jax.random.PRNGKey(0), SEEDS)
-    runners = jax.jit(jax.vmap(trainer.fresh_runner_state, in_axes=(0, None)))(keys, hyper)
-    jax.block_until_ready(runners)
+    config, _ = resolve(TrainConfig(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, total_timesteps=64 * 4,
+                                    num_seeds=SEEDS))
+    trainer = make_train(config)  # builds and runs the fresh runner state's program, vmapped over the seeds
+    jax.block_until_ready(trainer.runner_state)
     print(f"ok: {SEEDS} fresh runner states", flush=True)
     return 0
 

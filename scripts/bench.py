@@ -23,14 +23,13 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, ROOT)
-
-from hephaestus import xla_flags  # noqa: E402 (no jax import)
+from hephaestus import xla_flags  # no jax import
 
 xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
 
+from hephaestus.entry_points import require_this_checkout  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMED_RUNS = 3
 
 
@@ -91,12 +90,19 @@ def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrid
 
 
 def bench_reference(env_id, num_envs, num_steps, updates_per_chunk, hidden_dim, num_layers):
+    import importlib.util
+
     import gymnax
     import jax
 
-    from benchmarks.purejaxrl_reference import make_reference_train
     from hephaestus.config import auto_scale_for_batch_size
 
+    # benchmarks/ is not an installed package: load the reference implementation from its file
+    spec = importlib.util.spec_from_file_location("purejaxrl_reference",
+                                                  os.path.join(ROOT, "benchmarks", "purejaxrl_reference.py"))
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
+    make_reference_train = reference.make_reference_train
     env, params = gymnax.make(env_id)
     minibatches, epochs = auto_scale_for_batch_size(num_envs, num_steps)
     init, chunk = make_reference_train(env, params, num_envs, num_steps, minibatches, epochs, hidden_dim, num_layers)
@@ -302,4 +308,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    require_this_checkout(__file__)
     sys.exit(main())

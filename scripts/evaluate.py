@@ -6,16 +6,13 @@ statistics a training run logs under eval/ (see `--help`).
     python scripts/evaluate.py --random --env hackmatrix --episodes 1000     # the masked-uniform baseline
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-
-from hephaestus import xla_flags  # noqa: E402 (no jax import)
+from hephaestus import xla_flags  # no jax import
 
 xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
 
-from hephaestus.evaluation import main  # noqa: E402
+from hephaestus import entry_points  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry_points.evaluate(__file__))

@@ -4,16 +4,13 @@
     python scripts/plot_runs.py checkpoints/hm_s0 checkpoints/hm_s1 --metric eval/return_mean --out fig.png
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-
-from hephaestus import xla_flags  # noqa: E402 (no jax import)
+from hephaestus import xla_flags  # no jax import
 
 xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
 
-from hephaestus.plotting import main  # noqa: E402
+from hephaestus import entry_points  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry_points.plot(__file__))

@@ -10,16 +10,13 @@ Writes <out>/results.csv, <out>/results.md (final metrics, mean ± std over seed
 metrics.jsonl per program. See python/hephaestus/sweep.py and specs/pipeline.md ("Sweeps").
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-
-from hephaestus import xla_flags  # noqa: E402 (no jax import)
+from hephaestus import xla_flags  # no jax import
 
 xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
 
-from hephaestus.sweep import main  # noqa: E402
+from hephaestus import entry_points  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry_points.sweep(__file__))

@@ -5,16 +5,13 @@
     python scripts/train_purejaxrl.py --num-envs 2048 --total-timesteps 1e8     # HackMatrix on a TPU VM
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-
-from hephaestus import xla_flags  # noqa: E402 (no jax import)
+from hephaestus import xla_flags  # no jax import
 
 xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
 
-from hephaestus.train import script_main  # noqa: E402
+from hephaestus import entry_points  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(script_main())
+    sys.exit(entry_points.train(__file__))

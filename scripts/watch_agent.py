@@ -13,13 +13,12 @@ import sys
 
 # CPU is enough to watch; leave an accelerator to a training run on the same machine.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
 from hephaestus import xla_flags  # noqa: E402 (no jax import)
 
 xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
 
-from hephaestus.watch import main  # noqa: E402
+from hephaestus import entry_points  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry_points.watch(__file__))

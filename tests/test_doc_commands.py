@@ -15,7 +15,8 @@ Rewritten so that they are fast (the command is otherwise run as written):
   * train_purejaxrl.py, and scripts whose --help offers --total-timesteps (sweep.py; not bench.py):
                                  TINY_TRAIN is appended (argparse keeps the last value), so any --num-envs or
                                  --total-timesteps in the docs is overridden; a --resume gets a budget one
-                                 update larger, so it trains.
+                                 update larger, so it trains; the final evaluation runs 2 episodes of at
+                                 most 20 steps (as evaluate.py below: the same compiled program).
   * watch_agent.py               one short episode (`--episodes 1 --max-steps 20`).
   * evaluate.py                  two episodes of at most 20 steps (`--episodes 2 --batch-size 2 --max-steps 20`).
   * scripts/experiments/*.py     run with `--quick` (their documented quick mode) if `--help` offers it, else
@@ -39,7 +40,9 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "specs").glob("*.md"))]
 
 TINY_TRAIN = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64", "--num-minibatches", "1",
               "--update-epochs", "1", "--hidden-dim", "16", "--num-layers", "1", "--log-interval", "1",
-              "--save-interval", "1", "--no-wandb"]
+              "--save-interval", "1", "--no-wandb",
+              # the end-of-run evaluation at the same tiny size as TINY_EVALUATE: one compiled program for both
+              "--final-eval-episodes", "2", "--eval-episodes", "2", "--eval-max-steps", "20"]
 RESUME_TIMESTEPS = "96"  # one update more than TINY_TRAIN's 2 updates of 2 x 16 steps (16: --dtc-seq-len divides it)
 TINY_WATCH = ["--episodes", "1", "--max-steps", "20"]
 TINY_EVALUATE = ["--episodes", "2", "--batch-size", "2", "--max-steps", "20"]  # last flag wins
@@ -141,6 +144,7 @@ def test_doc_commands_are_found():
     assert not skip_reason("python scripts/train_purejaxrl.py --env jumanji:Snake-v1")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("commands", doc_blocks())
 def test_doc_block_runs(commands, tmp_path):
     run_name = "doc-run"

@@ -250,6 +250,7 @@ def test_dtc_stages_slot_in_after_the_rollout_and_own_their_state():
         make_train(config.replace(extra_stages=("intrinsic_reward",)), make_env(config.env))
 
 
+@pytest.mark.heavy
 def test_cli_agent_dtc_runs_end_to_end_as_one_compiled_chunk(tmp_path):
     # 3 updates in chunks of 2: the final, shorter chunk reuses the one compiled program (one compile line).
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_purejaxrl.py"), *TINY,

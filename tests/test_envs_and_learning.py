@@ -1,6 +1,7 @@
 """Real environments through the adapter: CartPole learns, jumanji (masked) and Pendulum (continuous) run."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -31,6 +32,19 @@ def test_jumanji_snake_with_action_masks_runs_a_few_updates():
     runner, metrics = trainer.train_chunk(trainer.runner_state)
     assert int(runner.update_step) == 2
     assert np.all(np.isfinite(metrics["total_loss"])) and metrics["fully_masked_rows"].sum() == 0
+
+
+def test_jumanji_step_count_reaches_the_network_divided_by_the_time_limit():
+    """Snake's observation carries its raw step count (0..4000); the adapter divides it by the env's time limit,
+    as jumanji's own networks do, so no input is thousands of times larger than the rest."""
+    env = make_env("jumanji:Snake-v1")
+    state, step = env.reset(jax.random.PRNGKey(0))
+    assert float(step.obs[-1]) == 0.0 and float(jnp.max(jnp.abs(step.obs))) <= 1.0
+    for i in range(3):
+        state, step = env.step(jax.random.PRNGKey(i), state, jnp.argmax(step.action_mask))
+    assert not bool(step.terminated | step.truncated)
+    assert float(step.obs[-1]) == pytest.approx(3 / env.raw_env.time_limit, rel=1e-6)
+    assert float(step.final_obs[-1]) == pytest.approx(3 / env.raw_env.time_limit, rel=1e-6)
 
 
 def test_continuous_pendulum_runs_and_clips_actions_to_bounds():

@@ -82,6 +82,7 @@ def test_rnd_scores_before_learning_and_its_error_falls_with_visits():
     assert float(unseen_novelty.mean()) > 2 * float(novelty.mean())  # a new state is scored before it is learned
 
 
+@pytest.mark.heavy
 def test_deepsea_experiment_quick_runs_end_to_end(tmp_path):
     out = tmp_path / "ds"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "experiments", "deepsea.py"), "--quick",

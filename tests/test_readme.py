@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -19,6 +21,7 @@ def test_ci_runs_the_readme_test_command():
     assert "README.md" in open(os.path.join(ROOT, ".ci", "run")).read()
 
 
+@pytest.mark.heavy
 def test_readme_hackmatrix_example_runs():
     readme = open(os.path.join(ROOT, "README.md")).read()
     section = readme.split("## HackMatrix\n", 1)[1]

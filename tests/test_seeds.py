@@ -5,7 +5,6 @@ must match single-seed runs of the same seeds, it must resume bit-identically, a
 """
 
 import json
-import os
 
 import jax
 import numpy as np
@@ -126,6 +125,7 @@ def test_seed_index_picks_that_seeds_parameters(multi, capsys):
     assert len(err) == 1 and "--seed-index 3 is out of range" in err[0] and "0..2" in err[0]
 
 
+@pytest.mark.heavy
 def test_two_dtc_agents_train_in_one_program():
     from hephaestus.cli import build_parser, config_from_args
     from hephaestus.config import resolve

@@ -182,3 +182,25 @@ def test_the_loop_watches_the_first_compile_and_chunk_then_stops_the_watchdog():
                  startup=recorder)
     assert len(result.records) == 3  # three chunks; only the first is watched
     assert recorder.calls == ["first compile", "first chunk", "stop"]  # "first chunk": the tests run on the CPU
+
+
+def test_a_run_that_fails_in_setup_in_process_leaves_no_watchdog_running(tmp_path, capsys):
+    """main() called in-process (a notebook, the tests) that stops with a one-line error during setup must not
+    leave its watchdog watching: it would end the caller's process once that process idles for the timeout."""
+    from hephaestus.train import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--env", "gymnax:NoSuchEnv-v0", "--checkpoint-dir", str(tmp_path), "--no-wandb"])
+    assert exit_.value.code == 2
+    assert "NoSuchEnv" in capsys.readouterr().err
+    import threading
+    assert not [t for t in threading.enumerate() if t.name == "startup-watchdog" and t.is_alive()]
+
+
+def test_the_cold_start_benchmark_runs_its_many_seeds_start():
+    """benchmarks/cold_starts.py (the stress benchmark of issue 23) still builds what a --num-seeds run builds
+    first; one cold start of it, counted as ok (not an error, a hang or slow)."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cold_starts.py"), "--starts", "1",
+                          "--configs", "seeds"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "seeds start 1/1: ok" in out.stdout and "hangs: 0 of 1 (ok 1)" in out.stdout, out.stdout + out.stderr[-2000:]

@@ -296,7 +296,7 @@ def test_setup_program_runs_clone_venv_pip_and_is_idempotent(gcloud, tmp_path):
     for name, text in SETUP_FAKES.items():
         write_exe(fakes / name, text)
     env = {"HOME": str(home), "PATH": f"{fakes}{os.pathsep}/usr/bin{os.pathsep}/bin"}
-    for attempt in range(2):
+    for _attempt in range(2):
         proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=20)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     tools = (home / "tools.log").read_text().splitlines()

@@ -180,6 +180,7 @@ def hackmatrix_runs(tmp_path_factory):
     return gif, parts[0], parts[1], out.stderr
 
 
+@pytest.mark.heavy
 def test_hackmatrix_agent_plays_into_a_gif(hackmatrix_runs):
     gif, stdout, _, stderr = hackmatrix_runs
     assert "exit code 0" in stdout, stderr

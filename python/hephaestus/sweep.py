@@ -13,7 +13,6 @@ Outputs in `--out`: `<group>/metrics.jsonl` per program (the usual multi-seed re
 
 from __future__ import annotations
 
-import argparse
 import csv
 import itertools
 import json

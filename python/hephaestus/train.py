@@ -51,13 +51,19 @@ def main(argv=None) -> int:
             fail(str(err))
         except OSError as err:
             fail(f"cannot write to {run_dir}: {err.strerror or err}")
+    from hephaestus.watchdog import StartupWatchdog
+    # From here until the first chunk has run, a phase with no CPU progress for --startup-timeout seconds ends
+    # the run with one line (watchdog.py). Stopped however _train leaves (a one-line error in setup included):
+    # called in-process (a notebook, the tests), a watchdog left running would end the caller's process later.
+    watchdog = StartupWatchdog(config.startup_timeout)
     try:
-        return _train(config, note, resume, run_dir, main_process)
+        return _train(config, note, resume, run_dir, main_process, watchdog)
     finally:
+        watchdog.stop()
         lock.release()
 
 
-def _train(config, note, resume, run_dir, main_process) -> int:
+def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
     import builtins
 
     from hephaestus import distributed
@@ -70,12 +76,8 @@ def _train(config, note, resume, run_dir, main_process) -> int:
     from hephaestus import episode_stats
     from hephaestus.evaluation import final_evaluation
     from hephaestus.sinks import ConsoleSink, JsonlSink
-    from hephaestus.watchdog import StartupWatchdog
 
     cache = enable_compilation_cache() or "off"
-    # From here until the first chunk has run, a phase with no CPU progress for --startup-timeout seconds ends
-    # the run with one line (watchdog.py).
-    watchdog = StartupWatchdog(config.startup_timeout)
     watchdog.enter("setup")
     try:
         env = make_env(config.env)

@@ -27,16 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 from hephaestus import xla_flags  # noqa: E402 (no jax import)
 
 xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
 
+from hephaestus.entry_points import require_this_checkout  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -299,4 +297,5 @@ def main():
 
 
 if __name__ == "__main__":
+    require_this_checkout(__file__)
     main()

@@ -16,12 +16,11 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-
 from hephaestus import xla_flags  # noqa: E402 (no jax import)
 
 xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
 
+from hephaestus.entry_points import require_this_checkout  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -53,20 +52,27 @@ def random_policy_returns(env_name: str, num_envs: int, num_steps: int, seed: in
     return rets[dones.argmax(0), np.arange(num_envs)][ended]
 
 
-def read_curve(run_dir: str):
+def read_curves(run_dir: str):
+    """(label, steps, returns) per agent of a run: one for a single-seed run, one per seed of a --num-seeds run."""
     steps, returns = [], []
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         for line in f:
             rec = json.loads(line)
-            if np.isfinite(rec.get("mean_episode_return", np.nan)):
+            seeds = rec.get("per_seed", {}).get("mean_episode_return")
+            values = seeds if seeds is not None else [rec.get("mean_episode_return", np.nan)]
+            if np.all(np.isfinite(values)):
                 steps.append(rec["env_steps"])
-                returns.append(rec["mean_episode_return"])
-    return np.array(steps), np.array(returns)
+                returns.append(values)
+    name = os.path.basename(os.path.normpath(run_dir))
+    returns = np.array(returns).reshape(len(steps), -1)
+    labels = [name] if returns.shape[1] == 1 else [f"{name}[seed {i}]" for i in range(returns.shape[1])]
+    return [(label, np.array(steps), returns[:, i]) for i, label in enumerate(labels)]
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("runs", nargs="+", help="run directories (each with metrics.jsonl), one per seed")
+    p.add_argument("runs", nargs="+", help="run directories (each with metrics.jsonl): one per seed, or --num-seeds "
+                                           "runs (each seed a curve)")
     p.add_argument("--env", required=True)
     p.add_argument("--random-envs", type=int, default=200)
     p.add_argument("--random-steps", type=int, default=4001, help="more than the time limit (Snake: 4000)")
@@ -80,13 +86,13 @@ def main(argv=None):
     print(f"random policy: {rand_mean:.3f} +- {rand_sem:.3f} (sem) over {len(random_returns)} episodes "
           f"(std {random_returns.std():.3f})")
 
-    curves = [read_curve(r) for r in args.runs]
-    common = min(len(s) for s, _ in curves)
+    curves = [curve for r in args.runs for curve in read_curves(r)]
+    common = min(len(s) for _, s, _ in curves)
     print(f"{'run':<40} {'env steps':>10} {'final return':>12}")
     finals = []
-    for run, (steps, rets) in zip(args.runs, curves):
+    for label, steps, rets in curves:
         finals.append(float(rets[common - args.last:common].mean()))
-        print(f"{os.path.basename(os.path.normpath(run)):<40} {steps[common - 1]:>10,} {finals[-1]:>12.2f}")
+        print(f"{label:<40} {steps[common - 1]:>10,} {finals[-1]:>12.2f}")
     print(f"final return over runs: {np.mean(finals):.2f} +- {np.std(finals, ddof=1) if len(finals) > 1 else 0:.2f} "
           f"(std), min {min(finals):.2f}, max {max(finals):.2f}; random {rand_mean:.2f}")
 
@@ -94,8 +100,8 @@ def main(argv=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = curves[0][0][:common]
-    stack = np.stack([r[:common] for _, r in curves])
+    steps = curves[0][1][:common]
+    stack = np.stack([r[:common] for _, _, r in curves])
     fig, ax = plt.subplots(figsize=(5, 3.2), dpi=100)
     ax.plot(steps, stack.mean(0), label=f"PPO, mean of {len(curves)} seeds")
     ax.fill_between(steps, stack.min(0), stack.max(0), alpha=0.25, label="min-max over seeds")
@@ -111,4 +117,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    require_this_checkout(__file__)
     sys.exit(main())

@@ -1,6 +1,8 @@
 """API contract, observation layout (R95-R102), generation (R25-R35) and rollout properties."""
 import functools
 
+import pytest
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -156,6 +158,7 @@ def test_observations_store_exactly_in_uint8():
     assert not np.array_equal(np.asarray(wrong.from_storage(wrong.to_storage(obs))), obs)
 
 
+@pytest.mark.heavy
 def test_R68_D6_step_with_auto_reset_equals_step_env_then_reset_env_lane_by_lane():
     """The training pipeline's adapter and HackMatrix.step generate the next stage's level and the new games in
     one compacted call (env.step_and_reset). Lane by lane it must equal step_env with the step key, then

@@ -1,6 +1,6 @@
-"""Acceptance tests of the 23 programs (actions 5..27, rulebook §9 R71-R94, R38, R40, R51, §11).
+"""Acceptance tests of the 23 programs (actions 5..27, specs/hackmatrix-rules.md §9 R71-R94, R38, R40, R51, §11).
 
-Expected values are derived from /work/shared/hackmatrix-rules.md, not from the implementation.
+Expected values are derived from specs/hackmatrix-rules.md, not from the implementation.
 Every program test checks: the mask bit before (R38), the cost paid (R51), the effect, whether the
 turn ended (R40: only WAIT), the reward terms (§11) and the mask after.
 """

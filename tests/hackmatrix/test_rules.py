@@ -1,4 +1,4 @@
-"""Hand-built scenarios, one action each, citing the rule numbers of hackmatrix-rules.md."""
+"""Hand-built scenarios, one action each, citing the rule numbers of specs/hackmatrix-rules.md."""
 import numpy as np
 
 from hephaestus.envs.hackmatrix import make_state

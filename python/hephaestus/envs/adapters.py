@@ -238,9 +238,20 @@ def adapt_jumanji(env, name: str) -> AdaptedEnv:
         raise ValueError(f"{name}: multi-discrete jumanji action specs are not supported yet")
     action_dim = int(num_values)
 
+    # Many jumanji observations carry the raw `step_count` (Snake: 0..4000). Fed as is, one input thousands of
+    # times larger than the rest saturates the first layer; jumanji's own networks divide it by the env's
+    # `time_limit`, and so does the adapter.
+    time_limit = getattr(env, "time_limit", None)
+
+    def observation(timestep):
+        obs = timestep.observation
+        if time_limit and hasattr(obs, "step_count") and hasattr(obs, "_replace"):
+            obs = obs._replace(step_count=jnp.asarray(obs.step_count, jnp.float32) / float(time_limit))
+        return obs
+
     def raw_reset(key):
         state, timestep = env.reset(key)
-        return state, timestep.observation
+        return state, observation(timestep)
 
     spec = with_episode_stats(with_obs_structure(_probe_spec(name, raw_reset, True, action_dim), env), env)
 
@@ -254,10 +265,10 @@ def adapt_jumanji(env, name: str) -> AdaptedEnv:
         last = timestep.last()
         terminated = jnp.logical_and(last, timestep.discount == 0)
         truncated = jnp.logical_and(last, timestep.discount != 0)
-        reset_state, reset_ts = env.reset(key)
+        reset_state, reset_obs = raw_reset(key)
         new_state = _select(last, reset_state, next_state)
-        new_obs = _select(last, reset_ts.observation, timestep.observation)
-        return new_state, _finish(spec, new_obs, timestep.reward, terminated, truncated, timestep.observation,
+        new_obs = _select(last, reset_obs, observation(timestep))
+        return new_state, _finish(spec, new_obs, timestep.reward, terminated, truncated, observation(timestep),
                                   _info_extras(timestep.extras or {}, spec))
 
     return AdaptedEnv(spec=spec, reset=reset, step=step, raw_env=env)

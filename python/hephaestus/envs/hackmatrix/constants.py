@@ -1,4 +1,4 @@
-"""Static tables of the HackMatrix rules (see /work/shared/hackmatrix-rules.md)."""
+"""Static tables of the HackMatrix rules (see specs/hackmatrix-rules.md)."""
 import numpy as np
 
 SIZE = 6

@@ -65,7 +65,7 @@ _levels_compact = compacted_pair(_level, keep=lambda obs_state: obs_state[0])
 
 
 class HackMatrix(environment.Environment):
-    """HackMatrix 6x6 roguelike (rules: /work/shared/hackmatrix-rules.md, design: specs/hackmatrix.md)."""
+    """HackMatrix 6x6 roguelike (rules: specs/hackmatrix-rules.md, design: specs/hackmatrix.md)."""
 
     # Named action ranges (R36): the pipeline logs the fraction of each as actions/<name>_frac.
     action_groups = (("move", 0, 4), ("siphon", 4, 5), ("program", 5, 28))

@@ -1,0 +1,87 @@
+"""Command-line entry points: the `hephaestus-*` commands (pyproject's [project.scripts]) and scripts/*.py.
+
+Each entry point sets the XLA flags (xla_flags.configure) before it imports the module that starts jax; this
+module imports no jax. A function takes `script`, the path of the scripts/ file that calls it, or None when run
+as an installed command.
+
+scripts/ import the installed package (requirements.txt installs this checkout editable) and edit no sys.path.
+A script run from one checkout while `import hephaestus` finds another checkout's package (two clones, one
+installed) would silently run the other code: `require_this_checkout` stops it with a one-line error instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from hephaestus import xla_flags
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def require_this_checkout(script: str) -> None:
+    """Exit 2 if `script` lies in a checkout whose python/hephaestus is not the package imported."""
+    for root in Path(script).resolve().parents:
+        if (root / "pyproject.toml").is_file() and (root / "python" / "hephaestus").is_dir():
+            if (root / "python" / "hephaestus").resolve() != PACKAGE_DIR:
+                print(f"error: {script} belongs to the checkout {root}, but `import hephaestus` finds "
+                      f"{PACKAGE_DIR}; run `pip install -e .` in {root} or set PYTHONPATH={root / 'python'}",
+                      file=sys.stderr)
+                sys.exit(2)
+            return
+
+
+def _start(script: str | None) -> None:
+    if script is not None:
+        require_this_checkout(script)
+    xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
+
+
+def train(script: str | None = None) -> int:
+    """hephaestus-train = scripts/train_purejaxrl.py."""
+    _start(script)
+    from hephaestus.train import script_main
+
+    return script_main()
+
+
+def watch(script: str | None = None) -> int:
+    """hephaestus-watch = scripts/watch_agent.py (on the CPU unless JAX_PLATFORMS says otherwise)."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # leave an accelerator to a training run on the same machine
+    _start(script)
+    from hephaestus.watch import main
+
+    return main()
+
+
+def evaluate(script: str | None = None) -> int:
+    """hephaestus-evaluate = scripts/evaluate.py."""
+    _start(script)
+    from hephaestus.evaluation import main
+
+    return main()
+
+
+def inspect(script: str | None = None) -> int:
+    """hephaestus-inspect = scripts/inspect_checkpoint.py."""
+    _start(script)
+    from hephaestus.inspect_checkpoint import main
+
+    return main()
+
+
+def sweep(script: str | None = None) -> int:
+    """hephaestus-sweep = scripts/sweep.py."""
+    _start(script)
+    from hephaestus.sweep import main
+
+    return main()
+
+
+def plot(script: str | None = None) -> int:
+    """hephaestus-plot = scripts/plot_runs.py."""
+    _start(script)
+    from hephaestus.plotting import main
+
+    return main()
