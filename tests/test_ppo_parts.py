@@ -161,8 +161,11 @@ def test_row_update_with_one_device_uses_every_sample_once_per_epoch(storage):
         np.testing.assert_array_equal(np.sort(seen), np.arange(t * n))  # every sample exactly once
         orders.append(seen)
     assert not np.array_equal(orders[0], orders[1])  # a fresh shuffle per epoch key
-    # One row shuffles with the epoch key itself: the stream of the flat one-device update this path replaced.
+    # One row: the numbers of the general per-row shuffle, and the stream of the flat one-device update this
+    # path replaced.
     key = jax.random.PRNGKey(1)
+    general = jax.random.permutation(key, jnp.arange(t * n)[None], axis=1, independent=True)
+    np.testing.assert_array_equal(np.asarray(epoch_order(ctx, key)).ravel(), np.asarray(general).ravel())
     np.testing.assert_array_equal(np.asarray(epoch_order(ctx, key)).ravel(), jax.random.permutation(key, t * n))
     assert not np.array_equal(orders[0], np.arange(t * n))
 

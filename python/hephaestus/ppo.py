@@ -227,12 +227,12 @@ def to_rows(ctx: PPOContext, x):
 
 
 def epoch_order(ctx: PPOContext, key):
-    """One epoch's minibatch indices, int32[num_minibatches, D, rows / num_minibatches]: a permutation of each
-    row's indices from the row's own key, cut into minibatches. Row keys are split from `key`; a single row
-    (one device) uses `key` itself, so one-device runs keep the shuffle stream of the flat update they replace."""
+    """One epoch's minibatch indices, int32[num_minibatches, D, rows / num_minibatches]: each row shuffled on its own
+    (a per-row sort, local to its device). One row takes the same numbers from a 1-D shuffle: a faster program (the
+    [1, rows] sort cost 1.7x per chunk at 4 CartPole envs on CPU), and the flat one-device update's stream."""
     d, rows = ctx.shard.num_devices, ctx.batch_size // ctx.shard.num_devices
-    keys = ctx.shard.constrain(key[None] if d == 1 else jax.random.split(key, d), "data")
-    order = jax.vmap(lambda k: jax.random.permutation(k, rows))(keys)  # [D, rows]
+    order = (jax.random.permutation(key, rows)[None] if d == 1 else jax.random.permutation(  # [D, rows]
+        key, ctx.shard.constrain(jnp.broadcast_to(jnp.arange(rows), (d, rows)), "data"), axis=1, independent=True))
     order = order.reshape(d, ctx.num_minibatches, rows // ctx.num_minibatches).swapaxes(0, 1)
     return ctx.shard.constrain(order, None, "data")
 
