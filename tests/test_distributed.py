@@ -77,6 +77,20 @@ def test_two_seeds_on_eight_devices_replicate_seeds_split_envs_and_match_one_dev
     assert r["seeds_differ"]
 
 
+def test_stage_state_is_split_only_where_the_stage_declares_envs():
+    r = scenario("partition")
+    # A replay buffer whose capacity equals num_envs, declared replicated: every device holds all of it, before
+    # and after a chunk (the old rule, "leading axis == num_envs", split it).
+    for name in ("replay", "replay_after_chunk", "count_table", "undeclared"):
+        assert r[name]["shape"][0] == TINY["num_envs"], r[name]  # the coincidence under test
+        assert r[name]["spec"] == "P()" and r[name]["shard_shape"] == r[name]["shape"], (name, r[name])
+    # The leaf declared ENVS follows the envs.
+    for name in ("per_env", "per_env_after_chunk"):
+        assert r[name]["spec"] == "P('data',)" and r[name]["shard_shape"][0] == TINY["num_envs"] // DEVICES, r[name]
+    assert r["replay_values_kept"]
+    assert r["bad_declaration"].startswith("stage 'partition_probe' declares 'envs' for a leaf shaped (3,)")
+
+
 @pytest.mark.skipif(os.environ.get("HEPHAESTUS_MULTIHOST_TEST") != "1",
                     reason="2 processes x 4 CPU devices, ~2 min on 2 cores: set HEPHAESTUS_MULTIHOST_TEST=1")
 def test_two_processes_drive_one_mesh_and_match_one_device():
@@ -269,6 +283,57 @@ def _seeds() -> dict:
     return out
 
 
+def _partition() -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from hephaestus.ppo import make_train
+    from hephaestus.stages import ENVS, REPLICATED, Stage, register_stage
+
+    n = TINY["num_envs"]
+
+    @register_stage("partition_probe")
+    def probe(ctx):
+        def init(key):  # a "replay buffer" of capacity num_envs, a per-env counter, an undeclared [num_envs] leaf
+            return {"replay": jnp.arange(n * 3, dtype=jnp.float32).reshape(n, 3), "per_env": jnp.zeros((n,)),
+                    "undeclared": jnp.zeros((n,))}
+
+        def apply(key, train_state, batch, state):
+            state = {**state, "replay": state["replay"] + 1.0, "per_env": state["per_env"] + batch["reward"].sum(0)}
+            return train_state, batch, state, {}
+
+        return Stage("partition_probe", apply, init, partition={"replay": REPLICATED, "per_env": ENVS,
+                                                                "undeclared": REPLICATED})
+
+    @register_stage("partition_probe_undeclared")
+    def undeclared(ctx):  # no partition given: replicated
+        return Stage("partition_probe_undeclared", lambda k, ts, b, s: (ts, b, s, {}), lambda key: jnp.zeros((n,)))
+
+    base = _full_batch_config().replace(num_devices=DEVICES, count_table_size=n)
+    trainer = make_train(base.replace(extra_stages=("partition_probe", "partition_probe_undeclared", "count_bonus")))
+    describe = lambda x: {"spec": str(x.sharding.spec), "shape": list(x.shape),
+                          "shard_shape": list(x.addressable_shards[0].data.shape)}
+    stages = trainer.runner_state.stages
+    out = {"replay": describe(stages["partition_probe"]["replay"]),
+           "per_env": describe(stages["partition_probe"]["per_env"]),
+           "undeclared": describe(stages["partition_probe_undeclared"]),
+           "count_table": describe(stages["count_bonus"])}
+    runner, _ = trainer.train_chunk(trainer.runner_state, 2)
+    out["replay_after_chunk"] = describe(runner.stages["partition_probe"]["replay"])
+    out["per_env_after_chunk"] = describe(runner.stages["partition_probe"]["per_env"])
+    replay = jax.device_get(runner.stages["partition_probe"]["replay"])
+    out["replay_values_kept"] = bool((replay == np.arange(n * 3).reshape(n, 3) + 2.0).all())
+    try:  # a leaf declared ENVS without a leading env axis is a clear error, not a silent layout
+        from hephaestus.distributed import Sharder
+
+        Sharder(trainer.mesh, n, TINY["num_steps"], partitions={"partition_probe": {"x": ENVS}}).place(
+            trainer.runner_state.replace(stages={"partition_probe": {"x": jnp.zeros((3,))}}))
+        out["bad_declaration"] = "no error"
+    except ValueError as err:
+        out["bad_declaration"] = str(err)
+    return out
+
+
 def _learn() -> dict:
     import jax
     import jax.numpy as jnp
@@ -288,4 +353,6 @@ def _learn() -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps({"equivalence": _equivalence, "learn": _learn, "multihost": _multihost, "seeds": _seeds}[sys.argv[1]](*sys.argv[2:])))
+    scenarios = {"equivalence": _equivalence, "learn": _learn, "multihost": _multihost, "seeds": _seeds,
+                 "partition": _partition}
+    print(json.dumps(scenarios[sys.argv[1]](*sys.argv[2:])))

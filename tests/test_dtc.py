@@ -18,7 +18,7 @@ from hephaestus.config import DTC_STAGES, ConfigError, TrainConfig, resolve
 from hephaestus.dtc import intrinsic as intr
 from hephaestus.dtc import replay as rp
 from hephaestus.dtc import rssm
-from hephaestus.dtc.stages import ensemble_novelty
+from hephaestus.dtc.agent import ensemble_novelty
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = rssm.RSSMSizes(obs_dim=3, action_dim=2, discrete=True, deter=16, groups=4, classes=4, hidden=32)
@@ -285,7 +285,7 @@ def chain_batch(num_envs=2, length=4, episodes=2):
 
 
 def tiny_world_model(**changes):
-    from hephaestus.dtc.stages import make_world_model
+    from hephaestus.dtc.agent import make_world_model
     from hephaestus.envs.adapters import EnvSpec
 
     config = TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=2, num_steps=8, extra_stages=DTC_STAGES,
@@ -357,7 +357,7 @@ def test_competence_is_scale_free_and_changes_the_bonus():
         np.testing.assert_allclose(got, reference, rtol=1e-4)
     assert reference[0] == 0.0 and reference[-1] > 0.1
     # competence is a gain on novelty: with it on, a novel transition pays more while the model is learning
-    from hephaestus.dtc.stages import intrinsic_reward_stage
+    from hephaestus.dtc.agent import intrinsic_reward_stage
     from hephaestus.stages import StageContext
 
     def bonus(coef):

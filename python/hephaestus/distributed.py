@@ -2,10 +2,12 @@
 
 One mesh axis, `data`, over every device of every host. The environment batch and everything derived from it
 (env states, observations, the rollout, advantages, minibatches) is split along it; parameters, optimizer state,
-the PRNG key and counters are replicated. The compiled program keeps the *global* view (every stage sees
-`[num_steps, num_envs]` arrays) and GSPMD partitions it: the mesh axis is `AxisType.Auto` and the layout is
-pinned with sharding constraints at stage boundaries (`Sharder`). The PPO update shuffles within each device's
-shard, so env data never crosses devices; the gradient of the global minibatch mean becomes one all-reduce.
+the PRNG key and counters are replicated. A stage's own state is laid out as the stage declares
+(`Stage.partition`: per leaf, split with the envs or replicated), never guessed from its shape. The compiled
+program keeps the *global* view (every stage sees `[num_steps, num_envs]` arrays) and GSPMD partitions it: the
+mesh axis is `AxisType.Auto` and the layout is pinned with sharding constraints at stage boundaries (`Sharder`).
+The PPO update shuffles within each device's shard, so env data never crosses devices; the gradient of the
+global minibatch mean becomes one all-reduce.
 
 With one device (`mesh is None`) none of this runs: the single-device program is unchanged.
 
@@ -104,15 +106,21 @@ def mesh_for(config) -> Mesh | None:
 
 
 class Sharder:
-    """Sharding rules for one run. Leaves whose leading axis is the env axis are split over `data`; the rest
-    is replicated. Every method is the identity when `mesh is None`."""
+    """Sharding rules for one run. Every method is the identity when `mesh is None`.
 
-    def __init__(self, mesh: Mesh | None, num_envs: int, num_steps: int, num_seeds: int = 1):
+    Stage states are laid out as their stage declares (`Stage.partition`, stages.py: `partitions` maps a stage
+    name to its declaration; stages not named are replicated): ENVS leaves split over `data` along their leading
+    (env) axis, the rest replicated. The train state, key, counters and hyperparameters are replicated. Batch
+    leaves (stages.BATCH_KEYS: [T, N, ...], and [N] `last_value`) are split along the env axis."""
+
+    def __init__(self, mesh: Mesh | None, num_envs: int, num_steps: int, num_seeds: int = 1,
+                 partitions: dict | None = None):
         self.mesh, self.num_envs, self.num_steps = mesh, num_envs, num_steps
         self.num_devices = 1 if mesh is None else mesh.size
         # --num-seeds S > 1: runner-state leaves have a leading [S] seed axis, replicated (every device holds its
         # share of every seed's envs). Inside the vmapped update the per-seed rules below apply unchanged.
         self.seed_axis = num_seeds > 1
+        self.partitions = dict(partitions or {})
 
     @property
     def active(self) -> bool:
@@ -126,24 +134,36 @@ class Sharder:
         """Batch leaves: [T, N, ...] -> P(None, data), then [N, ...] (e.g. last_value) -> P(data); else ()."""
         if len(shape) >= 2 and shape[0] == self.num_steps and shape[1] == self.num_envs:
             return (None, DATA)
-        return self._leading_env(shape)
+        return (DATA,) if len(shape) >= 1 and shape[0] == self.num_envs else ()
+
+    def state_specs(self, name: str, state, seed_axis: bool = False):
+        """PartitionSpec per leaf of stage `name`'s state, as its `Stage.partition` declares. `seed_axis`:
+        the leaves carry a leading (replicated) seed axis before the env axis."""
+        from hephaestus.stages import ENVS, REPLICATED
+
+        lead = (None,) if seed_axis else ()
+
+        def leaf(part, x):
+            if part == REPLICATED:
+                return P()
+            shape = np.shape(x)
+            if part != ENVS or len(shape) <= len(lead) or shape[len(lead)] != self.num_envs:
+                raise ValueError(f"stage {name!r} declares {part!r} for a leaf shaped {shape}: expected "
+                                 f"{ENVS!r} (leading axis num_envs = {self.num_envs}) or {REPLICATED!r}")
+            return P(*lead, DATA)
+
+        return jax.tree.map(lambda part, sub: jax.tree.map(lambda x: leaf(part, x), sub),
+                            self.partitions.get(name, REPLICATED), state)
 
     def runner_shardings(self, runner) -> Any:
-        """NamedSharding per leaf of a RunnerState: stage states with a leading env axis (env states,
-        observations, episode accumulators) over `data`; train state, key, counters, hyper replicated. With
-        several seeds the env axis is the second one, after the replicated seed axis."""
+        """NamedSharding per leaf of a RunnerState: stage states as declared (`state_specs`), everything else
+        replicated. With several seeds the env axis is the second one, after the replicated seed axis."""
         replicated = self.named()
         shardings = jax.tree.map(lambda _: replicated, runner)
-        if self.seed_axis:
-            rule = lambda x: self.named(*((None,) + self._leading_env(np.shape(x)[1:]))) if np.ndim(x) > 1 \
-                else replicated
-        else:
-            rule = lambda x: self.named(*self._leading_env(np.shape(x)))
-        stage_shardings = jax.tree.map(rule, runner.stages)
+        stage_shardings = {name: jax.tree.map(lambda spec: NamedSharding(self.mesh, spec),
+                                              self.state_specs(name, state, self.seed_axis))
+                           for name, state in runner.stages.items()}
         return shardings.replace(stages=stage_shardings)
-
-    def _leading_env(self, shape) -> tuple:
-        return (DATA,) if len(shape) >= 1 and shape[0] == self.num_envs else ()
 
     # -- placing and constraining -------------------------------------------------------------------
     def place(self, runner):
@@ -169,20 +189,24 @@ class Sharder:
             return runner
         return jax.lax.with_sharding_constraint(runner, self.runner_shardings(runner))
 
+    def constrain_state(self, name: str, state):
+        """Pin one agent's state of stage `name` (no seed axis: inside the update) to its declared layout."""
+        if not self.active:
+            return state
+        return jax.tree.map(lambda x, spec: jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, spec)),
+                            state, self.state_specs(name, state))
+
     def constrain_envs(self, tree):
-        """Pin leaves with a leading env axis [N, ...] (rollout state) to the env split."""
-        return self._pin(tree, self._leading_env)
+        """Pin every leaf of `tree` (each has a leading env axis [N, ...], e.g. a transition) to the env split."""
+        return self.constrain(tree, DATA)
 
     def constrain_batch(self, tree):
         """Pin batch leaves shaped [T, N, ...] or [N, ...] to the env split; leave others to the compiler."""
-        return self._pin(tree, self.batch_spec)
-
-    def _pin(self, tree, rule):
         if not self.active:
             return tree
 
         def pin(x):
-            spec = rule(np.shape(x))
+            spec = self.batch_spec(np.shape(x))
             return jax.lax.with_sharding_constraint(x, self.named(*spec)) if spec else x
 
         return jax.tree.map(pin, tree)

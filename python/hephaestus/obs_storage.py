@@ -6,12 +6,13 @@ float32), so they are stored compactly and turned back into float32 only a minib
 - float32: as the env gives them.
 - uint8: exact. An env that declares `obs_quanta` (EnvSpec) promises that `obs[i] * obs_quanta[i]` is an
   integer in 0..255 for every observation it can produce (HackMatrix: one-hot flags, hp / 3, points / 9, ...).
-  The buffer keeps those integers and decodes with the same float32 division the env did, so the decoded
-  observation is bit-identical to the env's: a quarter of the memory and nothing for the agent to notice.
+  The buffer keeps those integers and turns them back with the same float32 division the env did, so the
+  restored observation is bit-identical to the env's: a quarter of the memory and nothing for the agent to notice.
 - bfloat16: lossy (8 bits of mantissa), for wide observations that are not quantised; the policy acts on the
   rounded values, so what is stored is exactly what it acted on.
 
-`encode` is what the rollout stores, `decode` what the network reads. `to_gather`/`from_gather` wrap the
+`to_storage` is what the rollout stores, `from_storage` what the network reads (the words `encode`/`decode`
+belong to the networks' feature encoders, networks.py and dtc/rssm.py). `to_gather`/`from_gather` wrap the
 minibatch gather: XLA's CPU backend gathers bfloat16 in float32 and, since the batch is loop-invariant in the
 minibatch scan, hoists that conversion out of it, a float32 copy of every stored observation (measured: the
 update's temporaries 98 -> 484 MiB at 512 x 128 x 1545); gathering the uint16 bit patterns avoids it.
@@ -34,7 +35,7 @@ class ObsStorage:
         if self.dtype == "uint8" and self.quanta is None:
             raise ValueError("uint8 observation storage needs the env's obs_quanta")
 
-    def encode(self, obs):
+    def to_storage(self, obs):
         """float32 observations -> the stored array."""
         if self.dtype == "uint8":
             # Saturate rather than wrap should an env break its promise (e.g. HackMatrix's uncapped siphon
@@ -42,7 +43,7 @@ class ObsStorage:
             return jnp.clip(jnp.round(obs * self._quanta()), 0, 255).astype(jnp.uint8)
         return obs.astype(self.dtype)
 
-    def decode(self, stored):
+    def from_storage(self, stored):
         """The stored array -> float32 observations, as the network reads them."""
         if self.dtype == "uint8":
             return stored.astype(jnp.float32) / self._quanta()
@@ -54,7 +55,7 @@ class ObsStorage:
     def from_gather(self, gathered):
         if self.dtype == "bfloat16":
             gathered = jax.lax.bitcast_convert_type(gathered, jnp.bfloat16)
-        return self.decode(gathered)
+        return self.from_storage(gathered)
 
     def _quanta(self):
         return jnp.asarray(np.asarray(self.quanta, np.float32))

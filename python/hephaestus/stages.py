@@ -11,7 +11,12 @@ Every stage has the same shape:
   the keys the core stages produce and read are listed in `BATCH_KEYS`. A stage may add keys or rewrite
   values (e.g. add an intrinsic reward to `reward`) but never changes shapes of existing keys.
 * `stage_state` is the stage's own persistent state (env states, replay buffer, EMA statistics, ...). It
-  lives in `RunnerState.stages[name]`, so checkpoints, sharding and resume treat it like everything else.
+  lives in `RunnerState.stages[name]`, so checkpoints and resume treat it like everything else.
+  `Stage.partition` says how it is laid out over devices (distributed.py): a pytree prefix of the state whose
+  leaves are `ENVS` (the leaf's leading axis is the env axis: split over devices with the envs) or `REPLICATED`
+  (every device holds all of it). The default, `REPLICATED`, is always correct; `ENVS` keeps per-env state on
+  the device that steps those envs. A shape never decides: a replay buffer whose capacity equals num_envs
+  stays whole.
 * `train_state` is the flax `TrainState` of the actor-critic; only stages that train the policy touch it.
 * `metrics` is a flat dict of float32 scalars, returned from the compiled chunk under the stage's keys.
 
@@ -49,6 +54,10 @@ BATCH_KEYS = {
 
 CORE_STAGES = ("rollout", "advantage", "ppo_update")
 
+# Leaves of a `Stage.partition`.
+ENVS = "envs"  # leading axis is the env axis [num_envs, ...]: split over devices like the envs
+REPLICATED = "replicated"  # whole on every device
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -57,6 +66,7 @@ class Stage:
     init: Callable[[jax.Array], Any] = lambda key: None
     after: str = "rollout"  # which core stage this one follows (for extra stages)
     reads: tuple[str, ...] = ()  # optional batch keys this stage needs the rollout to store (e.g. "next_obs")
+    partition: Any = REPLICATED  # pytree prefix of the stage state: ENVS or REPLICATED per leaf (see above)
 
 
 @dataclass(frozen=True)
@@ -91,7 +101,7 @@ def _load_builtin_stages():
     # without the PPO module knowing about any of them.
     import importlib
 
-    for module in ("hephaestus.dtc.stages", "hephaestus.bonus"):
+    for module in ("hephaestus.dtc.agent", "hephaestus.bonus"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:
@@ -99,8 +109,8 @@ def _load_builtin_stages():
                 raise
 
 
-def build_pipeline(ctx: StageContext, core: dict[str, Stage]) -> list[Stage]:
-    """Order the core stages and the configured extra stages into one list."""
+def extra_stages(ctx: StageContext) -> list[Stage]:
+    """The configured extra stages (`TrainConfig.extra_stages`), built by their registered factories."""
     _load_builtin_stages()
     extras = []
     for name in ctx.config.extra_stages:
@@ -110,6 +120,11 @@ def build_pipeline(ctx: StageContext, core: dict[str, Stage]) -> list[Stage]:
         if stage.after not in ("rollout", "advantage"):
             raise ValueError(f"stage {name!r} must follow 'rollout' or 'advantage', not {stage.after!r}")
         extras.append(stage)
+    return extras
+
+
+def build_pipeline(core: dict[str, Stage], extras: list[Stage]) -> list[Stage]:
+    """Order the core stages and the extra stages into one list."""
     pipeline = []
     for core_name in CORE_STAGES:
         pipeline.append(core[core_name])

@@ -149,13 +149,13 @@ def test_observations_store_exactly_in_uint8():
     assert np.round(scaled).min() >= 0 and np.round(scaled).max() <= 255
     assert np.round(scaled[-1]).max() == 50                 # credits and energy at their cap (R96)
     storage = ObsStorage("uint8", OBS_QUANTA)
-    stored = jax.jit(storage.encode)(obs)
+    stored = jax.jit(storage.to_storage)(obs)
     assert stored.dtype == jnp.uint8
-    np.testing.assert_array_equal(np.asarray(jax.jit(storage.decode)(stored)).view(np.uint32), obs.view(np.uint32))
+    np.testing.assert_array_equal(np.asarray(jax.jit(storage.from_storage)(stored)).view(np.uint32), obs.view(np.uint32))
     # A quantum that does not fit (hp / 3 stored with quantum 2) does not round-trip: the check above can fail.
     assert set(np.unique(obs[:, 2] * 3)) > {3.0}             # some observed hp below 3
     wrong = ObsStorage("uint8", tuple(2 if i == 2 else q for i, q in enumerate(OBS_QUANTA)))
-    assert not np.array_equal(np.asarray(wrong.decode(wrong.encode(obs))), obs)
+    assert not np.array_equal(np.asarray(wrong.from_storage(wrong.to_storage(obs))), obs)
 
 
 @pytest.mark.heavy

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from hephaestus.stage_options import ConfigError, register_options, require_positive
 
-# The stages `--agent dtc` inserts after the rollout, in this order (python/hephaestus/dtc/stages.py).
+# The stages `--agent dtc` inserts after the rollout, in this order (python/hephaestus/dtc/agent.py).
 DTC_STAGES = ("world_model", "intrinsic_reward")
 
 

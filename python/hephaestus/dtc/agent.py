@@ -27,7 +27,7 @@ from hephaestus.config import DTC_STAGES
 from hephaestus.dtc import intrinsic as intr
 from hephaestus.dtc import replay as rp
 from hephaestus.dtc import rssm
-from hephaestus.stages import Stage, StageContext, register_stage
+from hephaestus.stages import ENVS, REPLICATED, Stage, StageContext, register_stage
 
 # Batch keys the DTC stages add ([T, N] float32).
 DTC_BATCH_KEYS = {
@@ -155,7 +155,11 @@ def world_model_stage(ctx: StageContext) -> Stage:
         state, novelty, metrics = train(key, state, batch)
         return train_state, {**batch, "dtc_novelty": novelty}, state, metrics
 
-    return Stage(name="world_model", apply=apply, init=init, after="rollout", reads=("next_obs",))
+    # Model, optimizer and replay whole on every device (the replay's capacity may equal num_envs: it is still
+    # one buffer); the per-env episode-start flags follow their envs. h [K, N, deter] has its env axis second and
+    # stays replicated.
+    partition = WorldModelState(params=REPLICATED, opt_state=REPLICATED, replay=REPLICATED, h=REPLICATED, first=ENVS)
+    return Stage(name="world_model", apply=apply, init=init, after="rollout", reads=("next_obs",), partition=partition)
 
 
 @register_stage("intrinsic_reward")

@@ -1,0 +1,69 @@
+"""What `make_train` (ppo.py) returns: one run's compiled chunk, its stage list, and the ways to make fresh agents
+for it (a single seed, --num-seeds S stacked agents, or a sweep's agents with their own hyperparameters)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from hephaestus.config import TrainConfig
+from hephaestus.distributed import Sharder
+from hephaestus.envs.adapters import AdaptedEnv
+from hephaestus.runner_state import RunnerState, initial_hyper, strongly_typed
+
+
+@dataclass
+class Trainer:
+    config: TrainConfig
+    env: AdaptedEnv
+    network: Any
+    pipeline: list
+    compiled_chunk: Callable  # the jitted (runner_state, num_updates) -> ..., for AOT lowering and benchmarks
+    fresh_runner_state: Callable  # the jitted (key, hyper) -> runner state it places, for AOT lowering
+    sharder: Sharder  # the sharding rules; `sharder.place(runner)` puts a restored state on the mesh
+    context: Any = None  # the ppo.PPOContext the stage functions were built with
+    runner_state: RunnerState | None = None  # the fresh state of the run's agents (config.run.seed) unless given
+
+    def __post_init__(self):
+        if self.runner_state is None:
+            self.runner_state = self.init_runner_state(self.config.run.seed)
+
+    @property
+    def mesh(self):  # jax.sharding.Mesh over the `data` axis, or None with one device (distributed.py)
+        return self.sharder.mesh
+
+    def __iter__(self):  # `runner_state, train_chunk = make_train(config)`
+        return iter((self.runner_state, self.train_chunk))
+
+    def train_chunk(self, runner: RunnerState, num_updates: int | None = None):
+        """(runner_state, num_updates=log_interval) -> (runner_state, metrics[log_interval]). The chunk donates
+        its input."""
+        n = self.config.run.log_interval if num_updates is None else num_updates
+        if not 0 < n <= self.config.run.log_interval:
+            raise ValueError(f"a chunk runs 1..{self.config.run.log_interval} updates, not {n}")
+        return self.compiled_chunk(runner, jnp.int32(n))
+
+    def init_agents(self, seeds, hypers=None) -> RunnerState:
+        """The fresh state of `num_seeds` agents, placed on the mesh: agent i starts from PRNGKey(seeds[i]) (the
+        key of a single run with that seed) with the data hyperparameters `hypers[i]` (a dict overriding the
+        config's values, e.g. a sweep point; default none). With --num-seeds 1 the state has no seed axis."""
+        num_seeds = self.config.run.num_seeds
+        hypers = list(hypers) if hypers is not None else [{}] * len(seeds)
+        if len(seeds) != num_seeds or len(hypers) != num_seeds:
+            raise ValueError(f"{len(seeds)} seeds and {len(hypers)} hyperparameter sets for {num_seeds} agents")
+        rows = [initial_hyper(self.config, **h) for h in hypers]
+        if num_seeds == 1:
+            key, hyper = jax.random.PRNGKey(seeds[0]), {k: jnp.float32(v) for k, v in rows[0].items()}
+        else:
+            key = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
+            hyper = {k: jnp.asarray([r[k] for r in rows], jnp.float32) for k in rows[0]}
+        return self.sharder.place(strongly_typed(self.fresh_runner_state(key, hyper)))
+
+    def init_runner_state(self, seed: int) -> RunnerState:
+        """The fresh state of the run's agents: one agent seeded `seed`, or with --num-seeds S agents seeded
+        seed, seed+1, ..., seed+S-1 stacked on a leading axis (agent i's key is PRNGKey(seed + i), the key of a
+        single-seed run with that seed)."""
+        return self.init_agents([seed + i for i in range(self.config.run.num_seeds)])
