@@ -61,3 +61,44 @@ def test_a_run_writes_metrics_jsonl_and_prints_progress(tmp_path):
                 "approx_kl", "clip_frac", "pg_loss", "vf_loss", "total_loss", "explained_variance", "grad_norm",
                 "num_episodes"):
         assert key in record, key
+
+
+def test_profile_writes_a_trace_of_the_first_chunk(tmp_path, capsys):
+    """--profile DIR: a JAX profiler trace (TensorBoard's xplane and Perfetto's trace.json.gz) of one chunk."""
+    from train_cli import main as train_main
+
+    assert train_main("--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
+                      "--num-layers", "1", "--num-minibatches", "2", "--update-epochs", "1", "--log-interval", "1",
+                      "--total-timesteps", "128", "--no-wandb", "--final-eval-episodes", "0",
+                      "--profile", str(tmp_path / "prof"), "--checkpoint-dir", str(tmp_path)) == 0
+    assert "profile: trace of the first chunk" in capsys.readouterr().out
+    traces = list((tmp_path / "prof").glob("plugins/profile/*/*"))
+    assert any(p.name.endswith(".xplane.pb") and p.stat().st_size > 0 for p in traces), traces
+    assert any(p.name.endswith(".trace.json.gz") for p in traces), traces
+
+
+def test_debug_nans_stops_at_the_first_nan_in_one_line(tmp_path, capsys):
+    """--debug-nans: a chunk that makes a NaN stops the run (exit 1) with one line from jax's NaN check, and jax's
+    NaN checking is off again afterwards (main() may run inside the caller's process)."""
+    import jax
+    import jax.numpy as jnp
+
+    from hephaestus.stages import Stage, register_stage
+    from train_cli import main as train_main
+
+    @register_stage("test_log_of_negative_reward")
+    def nan_stage(ctx):
+        def apply(key, train_state, batch, state):
+            return train_state, {**batch, "reward": jnp.log(batch["reward"] - 2.0)}, state, {}
+
+        return Stage("test_log_of_negative_reward", apply, after="rollout")
+
+    code = train_main("--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
+                      "--num-layers", "1", "--num-minibatches", "2", "--update-epochs", "1", "--log-interval", "1",
+                      "--total-timesteps", "128", "--no-wandb", "--extra-stages", "test_log_of_negative_reward",
+                      "--debug-nans", "--checkpoint-dir", str(tmp_path))
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 1
+    # jax names the outermost operation whose output holds the NaN (inside a chunk: its scan over updates)
+    assert len(err) == 1 and err[0].startswith("error: --debug-nans: invalid value (nan) encountered in "), err
+    assert not jax.config.jax_debug_nans

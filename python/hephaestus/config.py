@@ -219,6 +219,13 @@ class LoggingConfig:
     """upload each checkpoint to wandb as an artifact (--no-artifact: do not)"""
     tensorboard_dir: str = field(default="", metadata={"flag": "--tensorboard", "default_text": "off", "metavar": "DIR"})
     """also write TensorBoard event files to this directory"""
+    profile_dir: str = field(default="", metadata={"flag": "--profile", "default_text": "off", "metavar": "DIR"})
+    """write a JAX profiler trace of the first chunk after compile to DIR (plugins/profile/<time>/*.xplane.pb for
+    TensorBoard's profile plugin, *.trace.json.gz for Perfetto)"""
+    debug_nans: bool = False
+    """JAX's NaN checking (jax_debug_nans) for a short diagnostic run: the first chunk whose program makes a NaN
+    stops the run with jax's one-line finding (jax re-runs it op by op; inside a chunk it can name the outermost
+    operation only, the scan over updates; slower)"""
 
 
 SECTIONS = {"env": EnvConfig, "ppo": PPOConfig, "network": NetworkConfig, "run": RunConfig, "logging": LoggingConfig}

@@ -112,9 +112,18 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
                 startup.enter("first chunk" if jax.default_backend() == "cpu" else None)
             release_freed_memory()
             message(f"compile: {result.compile_seconds:.1f}s (chunk of {config.run.log_interval} updates)")
+        # --profile DIR: a profiler trace of the first chunk run (compile excluded).
+        profile = config.logging.profile_dir if not result.records else ""
+        if profile:
+            jax.profiler.start_trace(profile)
         t0 = time.perf_counter()
-        runner, metrics = compiled(runner, np.int32(n))
+        # --debug-nans goes through the jitted function: jax re-runs a chunk that made a NaN op by op to name the
+        # operation (FloatingPointError); the AOT-compiled executable only says that its output holds a NaN.
+        runner, metrics = (trainer.compiled_chunk if config.logging.debug_nans else compiled)(runner, np.int32(n))
         wait_ready(metrics)  # in Python, not inside device_get, so a SIGINT/SIGTERM handler runs at once
+        if profile:
+            jax.profiler.stop_trace()
+            message(f"profile: trace of the first chunk in {profile} (TensorBoard's profile plugin or Perfetto)")
         metrics = jax.tree.map(lambda x: x[:n], jax.device_get(metrics))
         if startup is not None:  # the run has started: nothing more to watch
             startup.stop()

@@ -111,11 +111,19 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
         fail(f"cannot write to {run_dir}: {err.strerror}")
     sinks += session.sinks
     t0 = time.perf_counter()
+    import jax
+
+    debug_nans = jax.config.jax_debug_nans
     try:
         print(distributed.describe(trainer.mesh, config.env.num_envs))
+        if config.logging.debug_nans:
+            jax.config.update("jax_debug_nans", True)  # restored below: main() may run in a caller's process
         result = run(trainer, sinks, hooks=session.hooks, message=print, startup=watchdog)
     except TrainingError as err:
         fail(str(err), code=1)
+    except FloatingPointError as err:  # --debug-nans found the first operation that made a NaN
+        first = str(err).strip().splitlines()[0] if str(err).strip() else "a NaN"
+        fail(f"--debug-nans: {first} (the run stopped there; its last checkpoint is intact)", code=1)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -123,6 +131,7 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
         _fail_if_out_of_memory(err, config, "compiling or running a chunk")
         raise
     finally:
+        jax.config.update("jax_debug_nans", debug_nans)
         session.close()  # waits for an async save in flight
         for sink in sinks:
             try:
