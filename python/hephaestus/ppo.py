@@ -312,8 +312,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     mesh = mesh_for(config)
     num_envs, num_seeds = config.env.num_envs, config.run.num_seeds
     env = env or make_env(config.env.name)
-    spec = env.spec
-    config = resolve_for_env(config, spec)  # settles what depends on the env: encoder, observation storage
+    config, spec = resolve_for_env(config, env.spec), env.spec  # settles the encoder and observation storage
     network = nets.make_network(spec, config)  # raises ConfigError for --encoder cells on an env without cells
     extras = extra_stages(StageContext(config=config, env_spec=spec, network=network))
     shard = Sharder(mesh, num_envs, config.env.num_steps, num_seeds=num_seeds,
