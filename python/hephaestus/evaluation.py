@@ -99,6 +99,13 @@ def summarise(out: dict, stats, prefix: str = "eval/") -> dict:
     return metrics
 
 
+def fold_in(key, i: int, seeds: bool = False):
+    """jax.random.fold_in, or with `seeds` the same for each key of a [seeds] stack."""
+    import jax
+
+    return jax.vmap(jax.random.fold_in, in_axes=(0, None))(key, i) if seeds else jax.random.fold_in(key, i)
+
+
 def run_in_batches(program, params, key, episodes: int, batch: int, seeds: bool = False) -> dict:
     """`episodes` episodes from a program compiled for `batch` parallel ones: ceil(episodes / batch) calls with
     keys fold_in(key, i), concatenated and cut to `episodes`. One compiled program then serves evaluations of
@@ -106,10 +113,9 @@ def run_in_batches(program, params, key, episodes: int, batch: int, seeds: bool 
     vmapped over a leading seed axis of `params` and `key` (one key per seed); outputs are [seeds, episodes]."""
     import jax
 
-    fold = jax.vmap(jax.random.fold_in, in_axes=(0, None)) if seeds else jax.random.fold_in
-    outs = [jax.device_get(program(params, fold(key, i))) for i in range(-(-episodes // batch))]
-    axis = 1 if seeds else 0
-    return jax.tree.map(lambda *xs: np.take(np.concatenate(xs, axis=axis), np.arange(episodes), axis=axis), *outs)
+    outs = [jax.device_get(program(params, fold_in(key, i, seeds))) for i in range(-(-episodes // batch))]
+    # per-episode arrays: [batch] or [seeds, batch], the episodes last
+    return jax.tree.map(lambda *xs: np.concatenate(xs, axis=-1)[..., :episodes], *outs)
 
 
 class Evaluator:
@@ -145,10 +151,9 @@ class Evaluator:
         from hephaestus.sinks import combine_seeds
 
         seeds = self.num_seeds > 1
-        fold = jax.vmap(jax.random.fold_in, in_axes=(0, None)) if seeds else jax.random.fold_in
         per_seed, raw = [{} for _ in range(self.num_seeds)], {}
         for i, (prefix, program) in enumerate(self.programs.items()):
-            out = run_in_batches(program, params, fold(key, i), self.episodes, self.batch, seeds=seeds)
+            out = run_in_batches(program, params, fold_in(key, i, seeds), self.episodes, self.batch, seeds=seeds)
             raw[prefix] = out
             for s, metrics in enumerate(per_seed):
                 metrics.update(summarise(jax.tree.map(lambda x: x[s], out) if seeds else out, self.stats, prefix))

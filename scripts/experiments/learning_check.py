@@ -2,8 +2,8 @@
 """Learning check: training runs' return curves against a uniformly random (masked-uniform) policy.
 
 Reads `metrics.jsonl` of each run directory (one run per seed), measures the random policy's mean episode
-return in the same environment over many episodes (the adapter and networks.effective_mask of the pipeline,
-so a fully masked row picks any action), prints a table and saves a PNG: mean and min-max band over the runs,
+return in the same environment over many episodes (the evaluation program's masked-uniform policy, so a fully
+masked row picks any action), prints a table and saves a PNG: mean and min-max band over the runs,
 and the random policy's line.
 
     python scripts/experiments/learning_check.py --env jumanji:Snake-v1 RUN_DIR [RUN_DIR ...] --plot out.png
@@ -22,34 +22,20 @@ xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped ini
 
 from hephaestus.entry_points import require_this_checkout  # noqa: E402
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from hephaestus import networks as nets  # noqa: E402
 from hephaestus.envs.registry import make_env  # noqa: E402
+from hephaestus.evaluation import Evaluator  # noqa: E402
 
 
 def random_policy_returns(env_name: str, num_envs: int, num_steps: int, seed: int = 0) -> np.ndarray:
-    """The first episode's return of each of `num_envs` envs acting masked-uniformly, over those whose first
-    episode ends within `num_steps` (make it longer than the env's time limit: later, shorter episodes would
-    bias a count of every finished episode towards short ones)."""
-    env = make_env(env_name)
-    key_reset, key_run = jax.random.split(jax.random.key(seed))
-    states, first = jax.vmap(env.reset)(jax.random.split(key_reset, num_envs))
-
-    def step(carry, key):
-        states, mask, ret = carry
-        key_act, key_env = jax.random.split(key)
-        action = nets.random_action(key_act, mask, True)
-        states, out = jax.vmap(env.step)(jax.random.split(key_env, num_envs), states, action)
-        ret = ret + out.reward
-        done = out.terminated | out.truncated
-        return (states, out.action_mask, jnp.where(done, 0.0, ret)), (ret, done)
-
-    run = jax.jit(lambda s, m, k: jax.lax.scan(step, (s, m, jnp.zeros(num_envs)), jax.random.split(k, num_steps))[1])
-    rets, dones = jax.device_get(run(states, first.action_mask, key_run))
-    ended = dones.any(0)
-    return rets[dones.argmax(0), np.arange(num_envs)][ended]
+    """The first episode's return of each of `num_envs` envs acting masked-uniformly (the evaluation program's
+    `random` policy, as `evaluate.py --random`), over those whose first episode ends within `num_steps` (make it
+    longer than the env's time limit: later, shorter episodes would bias a count towards short ones)."""
+    evaluator = Evaluator(make_env(env_name), None, num_envs, num_steps, policies=("random",))
+    _, raw = evaluator(None, jax.random.PRNGKey(seed))
+    out = raw["eval/"]
+    return np.asarray(out["return"])[np.asarray(out["finished"])]
 
 
 def read_curves(run_dir: str):
