@@ -60,7 +60,7 @@ def test_float_hyperparameters_are_data_not_program_constants():
 def test_tiny_sweep_vmaps_its_points_and_each_agent_is_the_single_run(tmp_path, capsys):
     out = tmp_path / "sweep"
     code = sw.main([*TINY, "--grid", "ent-coef=0.0,0.05", "--grid", "lr=1e-3", "--seeds", "2", "--seed", "1",
-                    "--out", str(out)])
+                    "--final-eval-episodes", "6", "--eval-episodes", "3", "--eval-max-steps", "40", "--out", str(out)])
     assert code == 0
     printed = capsys.readouterr().out
     assert "2 point(s) x 2 seed(s) in 1 program(s)" in printed
@@ -68,17 +68,26 @@ def test_tiny_sweep_vmaps_its_points_and_each_agent_is_the_single_run(tmp_path, 
     assert [(float(r["ent_coef"]), float(r["lr"])) for r in rows] == [(0.0, 1e-3), (0.05, 1e-3)]
     assert all(r["seeds"] == "2" and np.isfinite(float(r["mean_episode_return_mean"])) for r in rows)
     table = (out / "results.md").read_text()
-    assert table.count("±") >= 4 and "| ent_coef | lr | mean_episode_return |" in table
+    # the final greedy evaluation heads the table: every agent evaluated, each point's seeds summarised
+    assert table.count("±") >= 4 and "| ent_coef | lr | eval/return_mean | eval/length_mean |" in table
+    assert all(0 < float(r["eval/length_mean_mean"]) <= 40 for r in rows)
+    evaluated = json.loads((out / "g" / "eval.json").read_text())
+    assert evaluated["agent_seeds"] == [1, 2, 1, 2]
     image = __import__("matplotlib.image", fromlist=["imread"]).imread(out / "curves.png")
     assert image.shape[0] > 100 and image[..., :3].std() > 0.01  # written and not blank
     # Agent order: point 0 seeds 1, 2, then point 1 seeds 1, 2. Agent 3 (ent 0.05, seed 2) is the single run.
     records = [json.loads(line) for line in (out / "g" / "metrics.jsonl").read_text().splitlines()]
     assert train_main(*TINY, "--ent-coef", "0.05", "--lr", "1e-3", "--seed", "2", "--run-name", "single",
-                      "--checkpoint-dir", str(tmp_path)) == 0
+                      "--checkpoint-dir", str(tmp_path), "--final-eval-episodes", "6", "--eval-episodes", "3",
+                      "--eval-max-steps", "40") == 0
     single = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
     for sweep_record, single_record in zip(records, single):
         for key in ("mean_episode_return", "entropy", "pg_loss", "total_loss", "learning_rate"):
             assert sweep_record["per_seed"][key][3] == pytest.approx(single_record[key], rel=1e-4, abs=1e-6), key
+    # ... and its final evaluation is the single run's: same parameters, same seed's evaluation key
+    single_eval = json.loads((tmp_path / "single" / "eval.json").read_text())
+    assert evaluated["metrics"]["per_seed"]["eval/return_mean"][3] == pytest.approx(
+        single_eval["metrics"]["eval/return_mean"], rel=1e-4)
     # ... and the points really differ: the entropy bonus changes the loss.
     assert records[-1]["per_seed"]["total_loss"][1] != pytest.approx(records[-1]["per_seed"]["total_loss"][3])
 

@@ -161,25 +161,29 @@ class Evaluator:
         return (combine_seeds(per_seed) if seeds else per_seed[0]), raw
 
 
-def eval_key(seed: int, update: int, num_seeds: int = 1):
+def eval_key(seed: int, update: int, num_seeds: int = 1, agent_seeds: list[int] | None = None):
     """The evaluation key after `update` updates: its own stream, so evaluating never changes training. With
-    `num_seeds` S > 1, S keys: agent i (seeded seed + i) gets the key a single run seeded seed + i would use."""
+    `num_seeds` S > 1, S keys: agent i (seeded seed + i, or `agent_seeds[i]` where agents do not count up from
+    `seed`, as in a sweep) gets the key a single run with that seed would use."""
     import jax
     import jax.numpy as jnp
 
     def one(s):
         return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(s), 0x65766C), update)
 
-    return one(seed) if num_seeds == 1 else jnp.stack([one(seed + i) for i in range(num_seeds)])
+    if num_seeds == 1:
+        return one(seed if agent_seeds is None else agent_seeds[0])
+    return jnp.stack([one(s) for s in (agent_seeds or [seed + i for i in range(num_seeds)])])
 
 
 # ------------------------------------------------------------------------------------------------ text
 def summary_lines(metrics: dict, prefix: str = "eval/") -> list[str]:
     """A few readable lines: return, length, how episodes ended, then every other statistic."""
-    m = {k[len(prefix):]: v for k, v in metrics.items() if k.startswith(prefix)}
+    # a --num-seeds run's metrics also hold <key>/std and <key>/iqm over seeds: the lines show the means
+    m = {k[len(prefix):]: v for k, v in metrics.items() if k.startswith(prefix) and "/" not in k[len(prefix):]}
     if not m:
         return []
-    lines = [f"{prefix.rstrip('/')}: {m.get('episodes', 0)} episodes: return {m['return_mean']:+.3f} ± {m['return_std']:.3f} "
+    lines = [f"{prefix.rstrip('/')}: {m.get('episodes', 0):g} episodes: return {m['return_mean']:+.3f} ± {m['return_std']:.3f} "
              f"(min {m['return_min']:+.3f}, max {m['return_max']:+.3f}), length {m['length_mean']:.1f}, "
              f"capped {m['capped_rate']:.1%}"]
     rest = {k: v for k, v in m.items() if k not in ("episodes", "return_mean", "return_std", "return_min",
@@ -209,9 +213,11 @@ def write_eval_json(path: str, metrics: dict, raw: dict, info: dict) -> str:
     return path
 
 
-def final_evaluation(trainer, runner_state, run_dir: str, message=print) -> dict | None:
+def final_evaluation(trainer, runner_state, run_dir: str, message=print,
+                     agent_seeds: list[int] | None = None) -> dict | None:
     """The end-of-run evaluation (`--final-eval-episodes`, greedy, plus sampled with `--eval-sampled`), written
-    to `<run_dir>/eval.json` and printed. None when turned off."""
+    to `<run_dir>/eval.json` and printed. None when turned off. `agent_seeds`: each agent's seed where they are
+    not --seed, --seed+1, ... (a sweep's agents)."""
     import jax
 
     config = trainer.config
@@ -225,12 +231,13 @@ def final_evaluation(trainer, runner_state, run_dir: str, message=print) -> dict
     evaluator = Evaluator(trainer.env, trainer.network, log.final_eval_episodes, log.eval_max_steps,
                           log.eval_sampled, batch=min(log.eval_episodes, log.final_eval_episodes),
                           num_seeds=num_seeds)
-    metrics, raw = evaluator(runner_state.train_state.params, eval_key(config.run.seed, update, num_seeds))
+    metrics, raw = evaluator(runner_state.train_state.params,
+                             eval_key(config.run.seed, update, num_seeds, agent_seeds))
     info = {"source": "final evaluation of the run", "env": config.env.name, "update": update,
             "env_steps": update * config.batch_size, "episodes": log.final_eval_episodes,
             "max_steps": log.eval_max_steps,
             "batch": evaluator.batch, "policies": ["greedy"] + (["sampled"] if log.eval_sampled else []),
-            "seed": config.run.seed, "num_seeds": num_seeds}
+            "seed": config.run.seed, "num_seeds": num_seeds, **({"agent_seeds": agent_seeds} if agent_seeds else {})}
     path = write_eval_json(os.path.join(run_dir, EVAL_JSON), metrics, raw, info)
     message(f"final evaluation ({time.perf_counter() - t0:.1f}s, compile included):")
     for prefix in evaluator.programs:

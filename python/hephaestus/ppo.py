@@ -27,8 +27,8 @@ from hephaestus.distributed import Sharder, mesh_for
 from hephaestus.envs.adapters import AdaptedEnv
 from hephaestus.envs.registry import make_env
 from hephaestus.obs_storage import ObsStorage, storage_for
-from hephaestus.runner_state import (SEED_AXES, RunnerState, fresh_agent, initial_hyper, make_optimizer,  # noqa: F401
-                                     strongly_typed, with_optimizer_hyperparams)
+from hephaestus.runner_state import (SEED_AXES, RunnerState, fresh_agent, fresh_agents, initial_hyper,  # noqa: F401
+                                     make_optimizer, strongly_typed, with_optimizer_hyperparams)
 from hephaestus.stages import ENVS, REPLICATED, Stage, StageContext, build_pipeline, extra_stages
 from hephaestus.trainer import Trainer
 
@@ -341,9 +341,10 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     compiled_chunk = jax.jit(partial(chunk, ctx, pipeline), donate_argnums=0)
 
     # Fresh agents: one program (network, optimizer, env reset, stages) taking the hyperparameters as arguments, so
-    # runs differing in --lr share it in the compilation cache; with --num-seeds S, vmapped over [S] keys and hyper.
+    # runs differing in --lr share it in the compilation cache; with --num-seeds S, mapped over [S] keys and hyper
+    # one agent at a time (fresh_agents: a vmapped initialiser can deadlock XLA's CPU pool).
     fresh = partial(fresh_agent, network, make_optimizer(config), pipeline, spec.obs_dim)
-    fresh_runner_state = jax.jit(fresh if num_seeds == 1 else jax.vmap(fresh, in_axes=(0, 0), out_axes=SEED_AXES))
+    fresh_runner_state = jax.jit(fresh if num_seeds == 1 else partial(fresh_agents, fresh))
 
     return Trainer(config=config, env=env, network=network, pipeline=pipeline, compiled_chunk=compiled_chunk,
                    fresh_runner_state=fresh_runner_state, sharder=shard, context=ctx)

@@ -78,3 +78,15 @@ def fresh_agent(network: Any, tx, pipeline: list, obs_dim: int, key: jax.Array, 
     stages = {s.name: s.init(k) for s, k in zip(pipeline, stage_keys)}
     return RunnerState(train_state=train_state, stages=stages, key=key, update_step=jnp.int32(0), hyper=hyper)
 
+
+def fresh_agents(fresh, keys: jax.Array, hyper: dict) -> RunnerState:
+    """S agents' initial states stacked on a leading axis (SEED_AXES): `fresh(key, hyper)` for each row of `keys`
+    and `hyper`, one agent after another (`lax.map`), not `vmap`. A vmapped flax orthogonal initialiser becomes a
+    *batched* LAPACK QR, which jaxlib's CPU backend splits over XLA's intra-op pool while blocking a pool thread;
+    with several such QRs ready at once on a 2-core machine every pool thread waits and the program never ends
+    (specs/pipeline.md, "Start-up"). Made one agent at a time, every QR is unbatched; agent i's state is also
+    exactly the state of a single run with key i (same ops, not their batched forms). Start-up only: the cost is
+    S small programs' worth of init, not anything per update."""
+    stacked = jax.lax.map(lambda row: fresh(*row), (keys, hyper))
+    return stacked.replace(update_step=stacked.update_step[0])  # one counter for all agents (SEED_AXES)
+

@@ -26,8 +26,11 @@ import numpy as np
 
 from hephaestus.config import DATA_HYPERPARAMETERS, ConfigError, TrainConfig, options, resolve
 
-# The final metrics the table reports (mean and std over seeds), plus every eval/ and episode/ key a run writes.
+# The final training metrics the results report (mean and std over seeds), plus every eval/ and episode/ key a run
+# writes; the final evaluation's keys (EVAL_PREFIXES) come first. results.csv has them all; results.md only
+# `table_columns`, so that a HackMatrix table stays readable.
 TABLE_METRICS = ("mean_episode_return", "mean_episode_length")
+EVAL_PREFIXES = ("eval/", "eval_sampled/")
 
 
 class SweepError(ValueError):
@@ -143,6 +146,7 @@ def point_label(point: dict) -> str:
 def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message=print) -> list[dict]:
     """Train one group's agents in one program; returns per point {"point", "final": {key: [per seed]},
     "curves": {"env_steps": [...], key: [[per seed] per record]}}."""
+    from hephaestus.evaluation import final_evaluation
     from hephaestus.loop import run
     from hephaestus.ppo import make_train
     from hephaestus.sinks import JsonlSink
@@ -152,9 +156,8 @@ def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message
     for point in group.points:  # every point's values must be valid on their own (one-line errors)
         resolve(config.replace(**split_point(point)[1], num_seeds=1))
     trainer = make_train(config)
-    trainer.runner_state = trainer.init_agents(
-        [config.run.seed + j for _ in group.points for j in range(seeds)],
-        [split_point(p)[1] for p in group.points for _ in range(seeds)])
+    agent_seeds = [config.run.seed + j for _ in group.points for j in range(seeds)]
+    trainer.runner_state = trainer.init_agents(agent_seeds, [split_point(p)[1] for p in group.points for _ in range(seeds)])
     directory = os.path.join(out_dir, group.name)
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "metrics.jsonl")
@@ -168,6 +171,9 @@ def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message
     finally:
         sink.close()
     records = result.records
+    # The final evaluation (--final-eval-episodes greedy episodes per agent, each agent with its own seed's key),
+    # written to <out>/<group>/eval.json; its eval/ keys are the table's headline.
+    evaluated = final_evaluation(trainer, result.runner_state, directory, message, agent_seeds) or {}
     per_seed = lambda r, key: r["per_seed"][key] if agents > 1 else [r[key]]  # noqa: E731
     out = []
     for p, point in enumerate(group.points):
@@ -176,8 +182,10 @@ def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message
         present = last.get("per_seed", last)
         keys = [k for k in TABLE_METRICS if k in present] + sorted(k for k in present
                                                                      if k.startswith(("eval/", "episode/")))
+        evaluated_keys = [k for k in evaluated.get("per_seed", evaluated) if k.startswith(EVAL_PREFIXES)]
         out.append({"point": point,
-                    "final": {k: per_seed(last, k)[rows] for k in keys},
+                    "final": {**{k: per_seed(evaluated, k)[rows] for k in evaluated_keys},
+                              **{k: per_seed(last, k)[rows] for k in keys}},
                     "curves": {"env_steps": [r["env_steps"] for r in records],
                                **{k: [per_seed(r, k)[rows] for r in records] for k in keys}}})
     return out
@@ -196,20 +204,42 @@ def summarise(results: list[dict], names: list[str], out_dir: str) -> tuple[str,
                 values = np.asarray(r["final"].get(m, [np.nan]), np.float64)
                 row += [f"{values.mean():.6g}", f"{values.std(ddof=1) if values.size > 1 else 0.0:.6g}"]
             writer.writerow(row + [len(next(iter(r["final"].values()), []))])
-    lines = ["| " + " | ".join(names + metrics) + " |", "|" + "---|" * (len(names) + len(metrics))]
+    shown = table_columns(results, metrics)
+    lines = ["| " + " | ".join(names + shown) + " |", "|" + "---|" * (len(names) + len(shown))]
     for r in results:
         cells = [f"{r['point'][n]:g}" if isinstance(r["point"].get(n), float) else str(r["point"].get(n, ""))
                  for n in names]
-        for m in metrics:
+        for m in shown:
             values = np.asarray(r["final"].get(m, [np.nan]), np.float64)
             spread = values.std(ddof=1) if values.size > 1 else 0.0
             cells.append(f"{values.mean():.3g} ± {spread:.2g}")
         lines.append("| " + " | ".join(cells) + " |")
     seeds = len(next(iter(results[0]["final"].values()), [])) if results else 0
+    evaluated = any(m.startswith(EVAL_PREFIXES) for m in shown)
     with open(md_path, "w") as f:
-        f.write("\n".join(lines) + f"\n\nFinal training metrics, mean ± sample std over {seeds} seed(s).\n")
+        f.write("\n".join(lines) + f"\n\nMean ± sample std over {seeds} seed(s). "
+                + ("`eval/`: the final greedy evaluation (eval.json of each program); " if evaluated else "")
+                + "`episode/` and the rest: the last training record. Every metric: results.csv.\n")
     plot_curves(results, png_path)
     return csv_path, md_path, png_path
+
+
+def table_columns(results: list[dict], metrics: list[str]) -> list[str]:
+    """The columns results.md shows: the training return, then the evaluation's and the training episodes'
+    return, length, rates and per-episode counts, without per-program counts (program_<NAME>_per_episode) and
+    without a statistic that is zero at every point (e.g. victories nobody reached)."""
+    def nonzero(m):
+        return any(np.nanmax(np.abs(np.asarray(r["final"].get(m, [0.0]), np.float64))) > 0 for r in results)
+
+    def wanted(m):
+        if m in TABLE_METRICS:
+            return True
+        name = m.split("/", 1)[-1]
+        return (m.startswith(EVAL_PREFIXES + ("episode/",)) and not name.startswith("program_")
+                and name not in ("episodes", "return_std", "return_min", "return_max", "stage_reached_max")
+                and nonzero(m))
+
+    return [m for m in metrics if wanted(m)]
 
 
 def plot_curves(results: list[dict], path: str, metric: str = "mean_episode_return") -> None:

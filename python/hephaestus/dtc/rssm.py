@@ -286,7 +286,9 @@ def clean_novelty(means, variances, reduce: str = "mean"):
 
 
 def init_ensemble(model: RSSM, key, k: int):
-    """Stacked parameters with a leading ensemble axis of length k (each member its own init key)."""
+    """Stacked parameters with a leading ensemble axis of length k (each member its own init key), made one member
+    at a time (`lax.map`): a vmapped orthogonal initialiser is a batched LAPACK QR, which can deadlock XLA's CPU
+    thread pool on a small machine (runner_state.fresh_agents)."""
     s = model.sizes
     obs = jnp.zeros((1, s.obs_dim), jnp.float32)
     act = jnp.zeros((1, s.action_dim), jnp.float32)
@@ -295,4 +297,4 @@ def init_ensemble(model: RSSM, key, k: int):
         k_init, k_sample = jax.random.split(key)
         return model.init(k_init, obs, act, k_sample)
 
-    return jax.jit(jax.vmap(one))(jax.random.split(key, k))
+    return jax.jit(lambda keys: jax.lax.map(one, keys))(jax.random.split(key, k))
