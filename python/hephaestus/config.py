@@ -129,6 +129,9 @@ class PPOConfig:
     """normalise advantages per minibatch"""
     clip_value_loss: bool = True
     """clip the value loss like the policy ratio"""
+    scale_rewards: bool = False
+    """divide rewards by a running std of each env's discounted return before GAE (for envs with large or
+    drifting reward scales, e.g. gymnax Pendulum; the value function then learns scaled returns; normalization.py)"""
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,10 @@ class NetworkConfig:
     """how the rollout buffer stores observations (the largest array of a rollout): uint8 is exact for envs
     declaring obs_quanta (hackmatrix) at a quarter of float32's memory; bfloat16 halves it, rounding what the
     policy sees; auto = uint8 where exact and no extra stage reads observations, else float32"""
+    normalize_obs: bool = False
+    """standardise observations by their running mean and variance (kept with the network's parameters, so
+    checkpoints, exports, evaluate and watch use them; updated after each PPO update; normalization.py); for envs
+    with unbounded observations such as gymnax continuous control, off for hackmatrix (bounded already)"""
 
 
 @dataclass(frozen=True)

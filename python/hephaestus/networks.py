@@ -95,6 +95,10 @@ class ActorCritic(nn.Module):
     # Continuous envs: the bounds `act` clips the action the env receives to (no parameters; empty if discrete).
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
+    # --normalize-obs: inputs are standardised by running statistics held in the variable collection
+    # OBS_NORM (normalization.py updates them); `obs_dim` sizes them.
+    normalize_obs: bool = False
+    obs_dim: int = 0
 
     def setup(self):
         dims = (self.hidden_dim,) * self.num_layers
@@ -102,12 +106,17 @@ class ActorCritic(nn.Module):
         self.critic = MLP(dims, 1, 1.0, self.activation, self.dtype)
         if self.obs_cells is not None:
             self.encoder = CellEncoder(self.obs_cells, self.cell_dim, self.activation, self.dtype)
+        if self.normalize_obs:
+            self.obs_norm = self.variable(OBS_NORM, "moments", initial_moments, self.obs_dim)
         if not self.discrete:
             # State-independent log std, as in PPO's continuous-control setup.
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,), jnp.float32)
 
     def encode(self, obs):
-        x = round_obs(obs, self.obs_dtype).astype(self.dtype)
+        x = round_obs(obs, self.obs_dtype)
+        if self.normalize_obs:
+            x = standardise(x, self.obs_norm.value)
+        x = x.astype(self.dtype)
         return x if self.obs_cells is None else self.encoder(x)
 
     def __call__(self, obs):
@@ -119,6 +128,27 @@ class ActorCritic(nn.Module):
 
     def policy_log_std(self):
         return self.log_std
+
+
+# --normalize-obs. The running mean and variance of the observations live in the network's variables, in their own
+# collection next to "params": everything that applies the network (the rollout, the PPO loss, evaluation, watch,
+# exports, checkpoints) then normalises with the same numbers, and no second copy of the policy needs them passed.
+# The optimizer sees the collection as part of the parameter tree, but the gradient through it is stopped, so
+# Adam's moments stay 0 and its step is exactly 0: only the obs_norm stage (normalization.py) changes them.
+OBS_NORM = "obs_norm"
+OBS_CLIP = 10.0  # standardised inputs are clipped to +-10 (as SB3's VecNormalize and gym's wrapper do)
+
+
+def initial_moments(obs_dim: int) -> dict:
+    """Before any data: mean 0, variance 1 (the identity transform), a tiny count so the first batch dominates."""
+    return {"mean": jnp.zeros((obs_dim,), jnp.float32), "var": jnp.ones((obs_dim,), jnp.float32),
+            "count": jnp.float32(1e-4)}
+
+
+def standardise(x, moments: dict):
+    moments = jax.lax.stop_gradient(moments)
+    z = (x.astype(jnp.float32) - moments["mean"]) * jax.lax.rsqrt(moments["var"] + 1e-8)
+    return jnp.clip(z, -OBS_CLIP, OBS_CLIP)
 
 
 def round_obs(obs, obs_dtype):
@@ -145,11 +175,12 @@ class NetworkSpec:
     dtype: str = "float32"  # matmul dtype; parameters and outputs are float32
     action_low: tuple[float, ...] = ()  # continuous: the bounds `act` clips env actions to
     action_high: tuple[float, ...] = ()
+    normalize_obs: bool = False  # running observation statistics in the OBS_NORM collection
 
     # What a field means when a file predates it (exports and checkpoints before the cells encoder, the storage
     # dtype and the recorded matmul dtype are float32 MLPs).
     META_DEFAULTS: ClassVar[dict] = {"activation": "tanh", "encoder": "mlp", "cell_dim": 16,
-                                     "obs_dtype": "float32", "dtype": "float32"}
+                                     "obs_dtype": "float32", "dtype": "float32", "normalize_obs": False}
     META_REQUIRED: ClassVar[tuple] = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers")
 
     @classmethod
@@ -164,14 +195,16 @@ class NetworkSpec:
                    encoder=encoder, obs_cells=tuple(env_spec.obs_cells) if cells else None,
                    cell_dim=net.cell_dim if cells else cls.META_DEFAULTS["cell_dim"],
                    obs_dtype=resolve_obs_dtype(config, env_spec), dtype=net.dtype,
-                   action_low=tuple(env_spec.action_low), action_high=tuple(env_spec.action_high))
+                   action_low=tuple(env_spec.action_low), action_high=tuple(env_spec.action_high),
+                   normalize_obs=bool(net.normalize_obs))
 
     def to_meta(self) -> dict:
         """JSON-ready; `obs_cells` and `cell_dim` only for the cells encoder."""
         meta = {"obs_dim": self.obs_dim, "action_dim": self.action_dim, "discrete": self.discrete,
                 "action_low": list(self.action_low), "action_high": list(self.action_high),
                 "hidden_dim": self.hidden_dim, "num_layers": self.num_layers, "activation": self.activation,
-                "encoder": self.encoder, "obs_dtype": self.obs_dtype, "dtype": self.dtype}
+                "encoder": self.encoder, "obs_dtype": self.obs_dtype, "dtype": self.dtype,
+                "normalize_obs": self.normalize_obs}
         if self.encoder == "cells":
             meta.update(obs_cells=list(self.obs_cells), cell_dim=self.cell_dim)
         return meta
@@ -193,14 +226,16 @@ class NetworkSpec:
                    obs_cells=tuple(int(n) for n in net["obs_cells"]) if cells else None,
                    cell_dim=int(net["cell_dim"]), obs_dtype=net["obs_dtype"], dtype=net["dtype"],
                    action_low=tuple(float(x) for x in net.get("action_low", ())),
-                   action_high=tuple(float(x) for x in net.get("action_high", ())))
+                   action_high=tuple(float(x) for x in net.get("action_high", ())),
+                   normalize_obs=bool(net["normalize_obs"]))
 
     def build(self) -> ActorCritic:
         return ActorCritic(action_dim=self.action_dim, discrete=self.discrete, hidden_dim=self.hidden_dim,
                            num_layers=self.num_layers, activation=self.activation,
                            dtype=jnp.bfloat16 if self.dtype == "bfloat16" else jnp.float32,
                            obs_dtype=jnp.dtype(self.obs_dtype), obs_cells=self.obs_cells, cell_dim=self.cell_dim,
-                           action_low=self.action_low, action_high=self.action_high)
+                           action_low=self.action_low, action_high=self.action_high,
+                           normalize_obs=self.normalize_obs, obs_dim=self.obs_dim)
 
 
 def make_network(spec, config) -> ActorCritic:

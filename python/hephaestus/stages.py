@@ -1,6 +1,7 @@
 """The stage interface: one PPO update is a short, named sequence of stages over one batch.
 
     rollout -> [extra stages after "rollout"] -> advantage -> [extra stages after "advantage"] -> ppo_update
+            -> [extra stages after "ppo_update"]
 
 Every stage has the same shape:
 
@@ -101,7 +102,7 @@ def _load_builtin_stages():
     # without the PPO module knowing about any of them.
     import importlib
 
-    for module in ("hephaestus.dtc.agent", "hephaestus.bonus"):
+    for module in ("hephaestus.dtc.agent", "hephaestus.bonus", "hephaestus.normalization"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:
@@ -110,15 +111,18 @@ def _load_builtin_stages():
 
 
 def extra_stages(ctx: StageContext) -> list[Stage]:
-    """The configured extra stages (`TrainConfig.extra_stages`), built by their registered factories."""
+    """The extra stages: those --scale-rewards and --normalize-obs add (normalization.py), then the configured
+    ones (`TrainConfig.extra_stages`), built by their registered factories."""
     _load_builtin_stages()
+    from hephaestus.normalization import normalisation_stages
+
     extras = []
-    for name in ctx.config.extra_stages:
+    for name in normalisation_stages(ctx.config) + tuple(ctx.config.extra_stages):
         if name not in _REGISTRY:
             raise ValueError(f"unknown stage {name!r}; registered: {', '.join(sorted(_REGISTRY)) or 'none'}")
         stage = _REGISTRY[name](ctx)
-        if stage.after not in ("rollout", "advantage"):
-            raise ValueError(f"stage {name!r} must follow 'rollout' or 'advantage', not {stage.after!r}")
+        if stage.after not in CORE_STAGES:
+            raise ValueError(f"stage {name!r} must follow one of {', '.join(CORE_STAGES)}, not {stage.after!r}")
         extras.append(stage)
     return extras
 
