@@ -2,7 +2,7 @@
 """Stress benchmark (not a test): N cold starts in a row, each with an empty compilation cache, counting hangs.
 
     python benchmarks/cold_starts.py --starts 20                      # both configurations, as the entry points run
-    python benchmarks/cold_starts.py --starts 5 --without-fix         # the same with XLA's default CPU scheduler
+    python benchmarks/cold_starts.py --starts 5 --xla-flags "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 Configurations:
   dtc    scripts/train_purejaxrl.py --env hackmatrix --agent dtc --num-envs 16 --num-steps 32, one update (the run
@@ -13,9 +13,10 @@ Configurations:
 
 A start counts as a hang when its process's CPU time grows by less than --min-cpu seconds over --stall-seconds
 (a deadlocked thread pool sits at ~0% CPU; a slow compile on a loaded machine still burns CPU); it is then killed.
-A start that neither finishes nor stalls within --timeout counts as "slow". `--without-fix` sets
-XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=true, which the entry points leave alone
-(hephaestus/xla_flags.py); otherwise the children get whatever XLA_FLAGS this process has, plus the entry point's.
+A start that neither finishes nor stalls within --timeout counts as "slow". The children get this process's
+XLA_FLAGS plus `--xla-flags` (the entry points add none): with the initialisers mapped one agent and one ensemble
+member at a time (runner_state.fresh_agents, rssm.init_ensemble) no program has a batched LAPACK call left, which
+was what deadlocked (specs/pipeline.md, "Start-up").
 """
 
 from __future__ import annotations
@@ -42,9 +43,6 @@ def seeds_child() -> int:
     """The `seeds` configuration, run in a child process: set up as an entry point does, then run the fresh runner
     state's program vmapped over SEEDS seeds."""
     sys.path.insert(0, os.path.join(ROOT, "python"))
-    from hephaestus import xla_flags
-
-    xla_flags.configure()
     import jax
 
     from hephaestus.config import TrainConfig, resolve
@@ -111,8 +109,7 @@ def main() -> int:
                    help="--env of the dtc configuration; gymnax:CartPole-v1 starts ~5x faster, with the same "
                         "vmapped ensemble initialisation (default: %(default)s)")
     p.add_argument("--starts", type=int, default=20, help="cold starts per configuration (default: %(default)s)")
-    p.add_argument("--without-fix", action="store_true",
-                   help="run with XLA's concurrency-optimised CPU scheduler on, as before the fix")
+    p.add_argument("--xla-flags", default="", help="added to the children's XLA_FLAGS (default: none)")
     p.add_argument("--stall-seconds", type=float, default=60.0,
                    help="window over which a start must burn --min-cpu seconds of CPU (default: %(default)s)")
     p.add_argument("--min-cpu", type=float, default=1.0, help="(default: %(default)s)")
@@ -124,9 +121,9 @@ def main() -> int:
         return seeds_child()
 
     env = dict(os.environ)
-    if args.without_fix:
-        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_enable_concurrency_optimized_scheduler=true").strip()
-    label = ("without the fix" if args.without_fix else "as the entry points run") + f"; dtc on {args.dtc_env}"
+    if args.xla_flags:
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {args.xla_flags}".strip()
+    label = f"XLA_FLAGS={env.get('XLA_FLAGS', '')!r}; dtc on {args.dtc_env}"
     for config in args.configs.split(","):
         counts: dict[str, int] = {}
         for i in range(1, args.starts + 1):

@@ -19,10 +19,6 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 
-from hephaestus import xla_flags  # noqa: E402 (no jax import)
-
-xla_flags.configure()
-
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 

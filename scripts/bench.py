@@ -23,11 +23,7 @@ import subprocess
 import sys
 import time
 
-from hephaestus import xla_flags  # no jax import
-
-xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
-
-from hephaestus.entry_points import require_this_checkout  # noqa: E402
+from hephaestus.entry_points import require_this_checkout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMED_RUNS = 3
@@ -195,7 +191,7 @@ CASES = {
 # measure the overhead of sharding, not a speed-up.
 DEVICES_CASE = dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=64, updates_per_chunk=4, hidden_dim=64,
                     num_layers=2)
-CPU_DEVICE_FLAGS = "--xla_force_host_platform_device_count={n}"  # added to XLA_FLAGS, which xla_flags.configure() set
+CPU_DEVICE_FLAGS = "--xla_force_host_platform_device_count={n}"  # added to the user's XLA_FLAGS
 
 
 def run_devices_worker(n: int) -> None:

@@ -12,12 +12,8 @@ load is one line on stderr and exit code 1.
 
 import sys
 
-from hephaestus import xla_flags  # no jax import
-
-xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
-
-from hephaestus import entry_points  # noqa: E402
-from hephaestus.inspect_checkpoint import main  # noqa: E402, F401 (tests call main(argv))
+from hephaestus import entry_points
+from hephaestus.inspect_checkpoint import main  # noqa: F401 (tests call main(argv))
 
 if __name__ == "__main__":
     sys.exit(entry_points.inspect(__file__))

@@ -12,11 +12,7 @@ metrics.jsonl per program. See python/hephaestus/sweep.py and specs/pipeline.md 
 
 import sys
 
-from hephaestus import xla_flags  # no jax import
-
-xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
-
-from hephaestus import entry_points  # noqa: E402
+from hephaestus import entry_points
 
 if __name__ == "__main__":
     sys.exit(entry_points.sweep(__file__))

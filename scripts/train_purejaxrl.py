@@ -7,11 +7,7 @@
 
 import sys
 
-from hephaestus import xla_flags  # no jax import
-
-xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
-
-from hephaestus import entry_points  # noqa: E402
+from hephaestus import entry_points
 
 if __name__ == "__main__":
     sys.exit(entry_points.train(__file__))

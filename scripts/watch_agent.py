@@ -14,11 +14,7 @@ import sys
 # CPU is enough to watch; leave an accelerator to a training run on the same machine.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from hephaestus import xla_flags  # noqa: E402 (no jax import)
-
-xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
-
-from hephaestus import entry_points  # noqa: E402
+from hephaestus import entry_points
 
 if __name__ == "__main__":
     sys.exit(entry_points.watch(__file__))

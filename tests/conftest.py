@@ -9,21 +9,12 @@ import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Vmapped training functions and flax initialisers (--num-seeds) can deadlock XLA's concurrency-optimised CPU
-# scheduler on a 2-core machine; set before jax starts (results are identical either way).
-if "--xla_cpu_enable_concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               " --xla_cpu_enable_concurrency_optimized_scheduler=false").strip()
 # Scripts a test starts (`python scripts/...`) import the package with a plain `import hephaestus`: make that this
 # checkout's python/ whichever checkout `pip install -e .` installed (pytest's `pythonpath` reaches this process only).
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH"))))
 os.environ["WANDB_MODE"] = "disabled"
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(ROOT, ".jax_cache", "tests"))
-
-from hephaestus import xla_flags  # noqa: E402
-
-xla_flags.configure()  # as every entry point does, before jax starts (also for the scripts tests start)
 
 from hephaestus.compilation_cache import enable_compilation_cache  # noqa: E402
 

@@ -15,9 +15,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVICES = 8
-XLA_FLAGS = (f"--xla_force_host_platform_device_count={DEVICES} "
-             # 2-core CI: the concurrency-optimised CPU scheduler can deadlock XLA's thread pool.
-             "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+XLA_FLAGS = f"--xla_force_host_platform_device_count={DEVICES}"
 TINY = dict(env="gymnax:CartPole-v1", num_envs=8, num_steps=16, hidden_dim=16, num_layers=1, log_interval=4)
 
 

@@ -1,16 +1,16 @@
-"""Start-up safety (issue 23): the XLA CPU flag every entry point sets before jax starts, and the watchdog that
-turns a start-up with no progress into one line and a non-zero exit."""
+"""Start-up safety (issue 23): no program initialises with a batched LAPACK call (what deadlocked XLA's CPU thread
+pool), and the watchdog turns a start-up with no progress into one line and a non-zero exit."""
 
-import glob
 import os
 import re
 import subprocess
 import sys
 import textwrap
 
+import jax
+import jax.numpy as jnp
 import pytest
 
-from hephaestus import xla_flags
 from hephaestus.watchdog import StartupWatchdog
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -19,45 +19,56 @@ TINY = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "
         "--update-epochs", "1", "--no-wandb"]
 
 
-# --- the flag ------------------------------------------------------------------------------------------------
+# --- the root fix: initialisers mapped, not vmapped ------------------------------------------------------------
 
-@pytest.mark.parametrize("environ,expected", [
-    ({"JAX_PLATFORMS": "cpu"}, xla_flags.SETTING),
-    ({"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"},
-     "--xla_force_host_platform_device_count=8 " + xla_flags.SETTING),
-    ({"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=true"},
-     "--xla_cpu_enable_concurrency_optimized_scheduler=true"),  # the user's choice stands
-    ({"JAX_PLATFORMS": "tpu", "XLA_FLAGS": "--xla_dump_to=/tmp/x"}, "--xla_dump_to=/tmp/x"),  # not the CPU
-    ({"JAX_PLATFORMS": "cuda,cpu"}, None),
-])
-def test_configure_adds_the_flag_only_for_the_cpu_and_keeps_the_users_flags(environ, expected):
-    environ = dict(environ)
-    before = environ.get("XLA_FLAGS")
-    assert xla_flags.configure(environ) == (environ.get("XLA_FLAGS") != before)
-    assert environ.get("XLA_FLAGS") == expected
+def lapack_matrix_shapes(compiled_text: str) -> list[tuple[str, list[int]]]:
+    """(LAPACK kernel, dims of its first array result) of every LAPACK custom call in a compiled program."""
+    found = []
+    for line in compiled_text.splitlines():
+        target = re.search(r'custom_call_target="(lapack_\w+)"', line)
+        if target:
+            dims = re.search(r"= \(?\w+\[([\d,]*)\]", line).group(1)
+            found.append((target.group(1), [int(d) for d in dims.split(",") if d]))
+    return found
 
 
-def test_the_package_and_the_training_entry_do_not_import_jax_before_configure():
-    code = ("import sys; sys.path.insert(0, 'python'); import hephaestus, hephaestus.xla_flags, hephaestus.train, "
+def test_fresh_agents_and_ensembles_initialise_with_unbatched_qrs_only():
+    """A vmapped orthogonal initialiser is a *batched* QR, which jaxlib 0.10's CPU kernels split over XLA's pool
+    while blocking a pool thread: the deadlock of issue 23. Several agents (--num-seeds, sweeps) and DTC's
+    ensemble members are initialised one at a time instead; their compiled programs hold QRs of single matrices."""
+    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.dtc import rssm
+    from hephaestus.dtc.agent import sizes_from
+    from hephaestus.envs.registry import make_env
+    from hephaestus.ppo import make_train
+    from hephaestus.runner_state import initial_hyper
+
+    config = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=8, hidden_dim=32,
+                                           num_layers=2, num_seeds=3, total_timesteps=96))[0]
+    trainer = make_train(config)
+    keys = jnp.stack([jax.random.PRNGKey(i) for i in range(3)])
+    hyper = {k: jnp.full((3,), v, jnp.float32) for k, v in initial_hyper(config).items()}
+    calls = lapack_matrix_shapes(trainer.fresh_runner_state.lower(keys, hyper).compile().as_text())
+    assert {kernel for kernel, _ in calls} >= {"lapack_sgeqrf_ffi", "lapack_sorgqr_ffi"}  # the QRs are there
+    assert all(len(dims) == 2 for _, dims in calls), calls  # and none is batched over the seeds
+    # the three seeds' parameters are still three different initialisations
+    kernels = trainer.runner_state.train_state.params["params"]["actor"]["Dense_0"]["kernel"]
+    assert kernels.shape[0] == 3 and not jnp.allclose(kernels[0], kernels[1])
+
+    dtc = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", agent="dtc", num_envs=4, num_steps=16))[0]
+    model = rssm.RSSM(sizes_from(dtc, make_env(dtc.env.name).spec))
+    init = jax.jit(lambda key: rssm.init_ensemble(model, key, 3))
+    calls = lapack_matrix_shapes(init.lower(jax.random.PRNGKey(0)).compile().as_text())
+    assert calls and all(len(dims) == 2 for _, dims in calls), calls
+
+
+def test_the_package_and_the_training_entry_do_not_import_jax():
+    """`--help` and a one-line error need no jax start."""
+    code = ("import sys; sys.path.insert(0, 'python'); import hephaestus, hephaestus.entry_points, hephaestus.train, "
             "hephaestus.watchdog; print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
-
-
-ENTRY_POINTS = sorted(glob.glob(os.path.join(ROOT, "scripts", "*.py"))
-                      + glob.glob(os.path.join(ROOT, "scripts", "experiments", "*.py")))
-
-
-@pytest.mark.parametrize("path", ENTRY_POINTS, ids=lambda p: os.path.relpath(p, ROOT))
-def test_every_entry_point_configures_xla_before_it_imports_jax_or_the_package(path):
-    source = open(path).read()
-    call = source.find("xla_flags.configure()")
-    assert call >= 0, "calls hephaestus.xla_flags.configure()"
-    # No module-level import of jax or of a hephaestus module (other than xla_flags) comes before the call.
-    for match in re.finditer(r"^(import jax|from jax|from hephaestus(?!\s+import xla_flags)\S*\s+import)", source,
-                             re.MULTILINE):
-        assert match.start() > call, f"{match.group(0)!r} before xla_flags.configure()"
 
 
 # --- the watchdog, deterministic (a fake clock and CPU counter) --------------------------------------------------

@@ -1,7 +1,7 @@
 """Command-line entry points: the `hephaestus-*` commands (pyproject's [project.scripts]) and scripts/*.py.
 
-Each entry point sets the XLA flags (xla_flags.configure) before it imports the module that starts jax; this
-module imports no jax. A function takes `script`, the path of the scripts/ file that calls it, or None when run
+Each entry point checks its checkout, then imports the module that does the work; this module imports no jax, so
+`--help` and a one-line error need no jax start. A function takes `script`, the path of the scripts/ file that calls it, or None when run
 as an installed command.
 
 scripts/ import the installed package (requirements.txt installs this checkout editable) and edit no sys.path.
@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-
-from hephaestus import xla_flags
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -35,7 +33,6 @@ def require_this_checkout(script: str) -> None:
 def _start(script: str | None) -> None:
     if script is not None:
         require_this_checkout(script)
-    xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
 
 
 def train(script: str | None = None) -> int:

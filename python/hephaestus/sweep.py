@@ -146,15 +146,29 @@ def point_label(point: dict) -> str:
 def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message=print) -> list[dict]:
     """Train one group's agents in one program; returns per point {"point", "final": {key: [per seed]},
     "curves": {"env_steps": [...], key: [[per seed] per record]}}."""
-    from hephaestus.evaluation import final_evaluation
-    from hephaestus.loop import run
-    from hephaestus.ppo import make_train
-    from hephaestus.sinks import JsonlSink
+    from hephaestus.watchdog import StartupWatchdog
 
     agents = len(group.points) * seeds
     config, _ = resolve(base.replace(**group.static, num_seeds=agents, run_name=group.name))
     for point in group.points:  # every point's values must be valid on their own (one-line errors)
         resolve(config.replace(**split_point(point)[1], num_seeds=1))
+    # As in a training run: set-up, first compile or first chunk with no CPU progress for --startup-timeout
+    # seconds ends the sweep with one line (watchdog.py), instead of a sweep left waiting forever.
+    watchdog = StartupWatchdog(config.run.startup_timeout)
+    try:
+        watchdog.enter("setup")
+        return _run_group(config, group, seeds, out_dir, message, watchdog)
+    finally:
+        watchdog.stop()
+
+
+def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog) -> list[dict]:
+    from hephaestus.evaluation import final_evaluation
+    from hephaestus.loop import run
+    from hephaestus.ppo import make_train
+    from hephaestus.sinks import ConsoleSink, JsonlSink
+
+    agents = len(group.points) * seeds
     trainer = make_train(config)
     agent_seeds = [config.run.seed + j for _ in group.points for j in range(seeds)]
     trainer.runner_state = trainer.init_agents(agent_seeds, [split_point(p)[1] for p in group.points for _ in range(seeds)])
@@ -167,7 +181,8 @@ def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message
     message(f"{group.name}: {len(group.points)} point(s) x {seeds} seed(s) = {agents} agents in one program, "
             f"{config.num_updates} updates of {config.batch_size} env steps each")
     try:
-        result = run(trainer, sinks=[sink], message=message)
+        # one console line per chunk (means over all the group's agents; the table separates the points)
+        result = run(trainer, sinks=[sink, ConsoleSink()], message=message, startup=watchdog)
     finally:
         sink.close()
     records = result.records

@@ -1,6 +1,6 @@
 """Start-up watchdog: a run that makes no progress before its first update says so and exits, instead of hanging.
 
-A deadlocked XLA thread pool (xla_flags.py) blocks the main thread inside C++ at ~0% CPU, where no Python code of
+A deadlocked XLA thread pool (specs/pipeline.md, "Start-up") blocks the main thread inside C++ at ~0% CPU, where no Python code of
 the main thread runs again; a slow compile, however long, keeps burning CPU. So a daemon thread samples the
 process's own CPU time, and when it grew by less than `min_cpu_fraction` of the window over `timeout` seconds of a
 watched phase (setup, first compile, first chunk), prints one line naming the phase, flushes, and `os._exit(1)`s,

@@ -30,19 +30,15 @@ import math
 import sys
 import time
 
-from hephaestus import xla_flags  # noqa: E402 (no jax import)
+from hephaestus.entry_points import require_this_checkout
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
-
-from hephaestus.entry_points import require_this_checkout  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-from hephaestus.config import TrainConfig, agent_config, resolve  # noqa: E402
-from hephaestus.envs.registry import make_env  # noqa: E402
-from hephaestus.ppo import make_train  # noqa: E402
-from hephaestus.stages import Stage, register_stage  # noqa: E402
+from hephaestus.config import TrainConfig, agent_config, resolve
+from hephaestus.envs.registry import make_env
+from hephaestus.ppo import make_train
+from hephaestus.stages import Stage, register_stage
 
 AGENTS = ("random", "ppo", "count", "rnd", "disagreement", "dtc")
 BAD_THRESHOLD = 0.9  # bsuite analysis.find_solution(thresh=0.9)

@@ -16,16 +16,12 @@ import json
 import os
 import sys
 
-from hephaestus import xla_flags  # noqa: E402 (no jax import)
+from hephaestus.entry_points import require_this_checkout
+import jax
+import numpy as np
 
-xla_flags.configure()  # before jax starts: avoids a CPU deadlock of vmapped initialisers (xla_flags.py)
-
-from hephaestus.entry_points import require_this_checkout  # noqa: E402
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from hephaestus.envs.registry import make_env  # noqa: E402
-from hephaestus.evaluation import Evaluator  # noqa: E402
+from hephaestus.envs.registry import make_env
+from hephaestus.evaluation import Evaluator
 
 
 def random_policy_returns(env_name: str, num_envs: int, num_steps: int, seed: int = 0) -> np.ndarray:
