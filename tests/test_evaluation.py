@@ -259,3 +259,20 @@ def test_plot_band_comes_from_per_seed_values(tmp_path):
 
     assert parse_hlines(["eval/stage_reached>=2=0.16:random policy", "x=1"]) == {
         "eval/stage_reached>=2": [(0.16, "random policy")], "x": [(1.0, "baseline")]}
+
+
+def test_plot_takes_a_slice_of_the_agents_of_a_sweep_program(tmp_path, capsys):
+    """RUN[A:B]: the agents of one sweep point (point-major agents) as one curve."""
+    from hephaestus.plotting import main, split_agents
+
+    assert split_agents("sw/g[3:6]") == ("sw/g", slice(3, 6)) and split_agents("sw/g") == ("sw/g", slice(None))
+    write_run(tmp_path / "g", [1, 2, 3], per_seed=[[0, 2, 10, 12], [1, 3, 11, 13], [2, 4, 12, 14]])
+    out = tmp_path / "fig.png"
+    assert main(["--group", f"first={tmp_path / 'g'}[0:2]", "--group", f"second={tmp_path / 'g'}[2:]",
+                 "--metric", "eval/return_mean", "--out", str(out)]) == 0
+    assert "first (2 seeds), second (2 seeds)" in capsys.readouterr().out
+    from hephaestus.plotting import curve, load_records, seed_series
+
+    records = load_records(str(tmp_path / "g" / "metrics.jsonl"))
+    _, mean, _, _, _ = curve(seed_series(records, "eval/return_mean")[2:], "minmax")
+    np.testing.assert_allclose(mean, [11, 12, 13])

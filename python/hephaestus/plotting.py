@@ -11,6 +11,10 @@ seeds with a band: min-max over seeds (default) or mean ± one standard deviatio
 `"per_seed": {"<key>": [v0, v1, ...]}`; its band comes from those. Seeds whose records fall at different env steps
 are linearly interpolated onto the union of their steps, within each seed's own range. One panel per metric,
 PNG out (matplotlib, Agg backend).
+
+`RUN[A:B]` takes only agents A..B-1 of a multi-seed file: a sweep program's agents are point-major (agent
+p * seeds + j is point p, seed j; sweep.py), so `--group "ent 0.03=sweeps/hm/g[3:6]"` is the second point of a
+3-seed sweep.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import sys
 import numpy as np
 
 SEED_SUFFIX = re.compile(r"_s\d+$")
+AGENTS = re.compile(r"^(.*)\[(\d*):(\d*)\]$")  # RUN[A:B]
 BANDS = ("minmax", "std")
 
 
@@ -37,6 +42,14 @@ def metrics_path(run: str, checkpoint_dir: str) -> str:
         if os.path.isdir(candidate) and os.path.isfile(os.path.join(candidate, "metrics.jsonl")):
             return os.path.join(candidate, "metrics.jsonl")
     raise PlotError(f"{run}: no metrics.jsonl there (nor under {checkpoint_dir}/)")
+
+
+def split_agents(run: str) -> tuple[str, slice]:
+    """`RUN[A:B]` -> (RUN, slice(A, B)); a plain RUN -> (RUN, every agent)."""
+    m = AGENTS.match(run)
+    if not m:
+        return run, slice(None)
+    return m.group(1), slice(int(m.group(2)) if m.group(2) else None, int(m.group(3)) if m.group(3) else None)
 
 
 def run_label(run: str) -> str:
@@ -137,13 +150,14 @@ def plot(groups: dict[str, list[str]], metrics: list[str], out: str, band: str =
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    loaded = {label: [load_records(metrics_path(r, checkpoint_dir)) for r in runs] for label, runs in groups.items()}
+    loaded = {label: [(load_records(metrics_path(path, checkpoint_dir)), agents)
+                      for path, agents in map(split_agents, runs)] for label, runs in groups.items()}
     fig, axes = plt.subplots(len(metrics), 1, figsize=(7, 3.2 * len(metrics)), squeeze=False)
     drawn: dict = {}
     for ax, metric in zip(axes[:, 0], metrics):
         drawn[metric] = {}
         for label, files in loaded.items():
-            series = [s for records in files for s in seed_series(records, metric)]
+            series = [s for records, agents in files for s in seed_series(records, metric)[agents]]
             if not series:
                 continue
             x, mean, low, high, counts = curve(series, band)
@@ -179,7 +193,8 @@ def build_parser():
     p = Parser(prog="plot_runs.py", description="Learning curves (x = env steps) from runs' metrics.jsonl: mean "
                "and a band over seeds, several runs on one figure, PNG out.")
     p.add_argument("runs", nargs="*", help="run directories, metrics.jsonl files or run names under "
-                   "--checkpoint-dir; names differing only by _s<seed> form one curve")
+                   "--checkpoint-dir; names differing only by _s<seed> form one curve; RUN[A:B] takes agents "
+                   "A..B-1 of a multi-seed run or sweep program")
     p.add_argument("--metric", action="append", required=True, help="a metrics.jsonl key, e.g. "
                    "eval/return_mean (repeat for one panel each)")
     p.add_argument("--group", action="append", default=[], metavar="LABEL=RUN,RUN",
