@@ -13,7 +13,8 @@ import pytest
 from hephaestus import networks as nets
 from hephaestus.config import TrainConfig, resolve
 from hephaestus.export import load_params_npz
-from hephaestus.normalization import merge_moments, normalisation_stages
+from hephaestus.normalization import merge_moments
+from hephaestus.stages import option_stages
 from train_cli import main
 
 PENDULUM = ["--env", "gymnax:Pendulum-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
@@ -65,8 +66,8 @@ def test_the_flags_add_their_stages_in_pipeline_order_and_are_off_by_default():
 
     base = TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=8, hidden_dim=8, num_layers=1,
                                  log_interval=1)
-    assert normalisation_stages(resolve(base)[0]) == ()
-    assert normalisation_stages(resolve(TrainConfig.from_flat(env="hackmatrix"))[0]) == ()
+    assert option_stages(resolve(base)[0]) == ()
+    assert option_stages(resolve(TrainConfig.from_flat(env="hackmatrix"))[0]) == ()
     config = resolve(base.replace(normalize_obs=True, scale_rewards=True, extra_stages=("reward_bonus",)))[0]
     trainer = make_train(config)
     assert [s.name for s in trainer.pipeline] == ["rollout", "reward_scale", "reward_bonus", "advantage",

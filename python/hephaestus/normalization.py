@@ -2,6 +2,8 @@
 
     rollout -> reward_scale -> [other stages after rollout] -> advantage -> ppo_update -> obs_norm
 
+(stages.option_stages adds them.)
+
 * `reward_scale` (after the rollout, before any intrinsic reward is added and before GAE): every env carries its
   discounted return G <- gamma * G * (1 - done) + r through the rollout; the running variance of G over all
   envs and steps so far gives the scale, and the batch's rewards are divided by its std (the rewards only, not
@@ -95,9 +97,3 @@ def obs_norm_stage(ctx: StageContext) -> Stage:
 
     return Stage("obs_norm", apply, after="ppo_update")
 
-
-def normalisation_stages(config) -> tuple[str, ...]:
-    """The stages --scale-rewards and --normalize-obs add, in pipeline order (reward scaling before any other
-    stage after the rollout, so intrinsic rewards are added to the scaled extrinsic reward)."""
-    return (("reward_scale",) if config.ppo.scale_rewards else ()) + (("obs_norm",) if config.network.normalize_obs
-                                                                     else ())

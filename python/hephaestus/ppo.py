@@ -341,8 +341,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     compiled_chunk = jax.jit(partial(chunk, ctx, pipeline), donate_argnums=0)
 
     # Fresh agents: one program (network, optimizer, env reset, stages) taking the hyperparameters as arguments, so
-    # runs differing in --lr share it in the compilation cache; with --num-seeds S, mapped over [S] keys and hyper
-    # one agent at a time (fresh_agents: a vmapped initialiser can deadlock XLA's CPU pool).
+    # runs differing in --lr share it in the compilation cache; --num-seeds S maps it over S agents (fresh_agents).
     fresh = partial(fresh_agent, network, make_optimizer(config), pipeline, spec.obs_dim)
     fresh_runner_state = jax.jit(fresh if num_seeds == 1 else partial(fresh_agents, fresh))
 

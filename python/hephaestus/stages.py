@@ -110,14 +110,20 @@ def _load_builtin_stages():
                 raise
 
 
-def extra_stages(ctx: StageContext) -> list[Stage]:
-    """The extra stages: those --scale-rewards and --normalize-obs add (normalization.py), then the configured
-    ones (`TrainConfig.extra_stages`), built by their registered factories."""
-    _load_builtin_stages()
-    from hephaestus.normalization import normalisation_stages
+def option_stages(config) -> tuple[str, ...]:
+    """The stages that options switch on (normalization.py): --scale-rewards adds `reward_scale` and
+    --normalize-obs adds `obs_norm`. Reward scaling comes before any other stage after the rollout, so intrinsic
+    rewards are added to the scaled extrinsic reward."""
+    return (("reward_scale",) if config.ppo.scale_rewards else ()) + (("obs_norm",) if config.network.normalize_obs
+                                                                     else ())
 
+
+def extra_stages(ctx: StageContext) -> list[Stage]:
+    """The extra stages: those options switch on (`option_stages`), then the configured ones
+    (`TrainConfig.extra_stages`), built by their registered factories."""
+    _load_builtin_stages()
     extras = []
-    for name in normalisation_stages(ctx.config) + tuple(ctx.config.extra_stages):
+    for name in option_stages(ctx.config) + tuple(ctx.config.extra_stages):
         if name not in _REGISTRY:
             raise ValueError(f"unknown stage {name!r}; registered: {', '.join(sorted(_REGISTRY)) or 'none'}")
         stage = _REGISTRY[name](ctx)
