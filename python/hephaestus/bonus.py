@@ -23,6 +23,7 @@ import optax
 from flax import struct
 
 from hephaestus.dtc import intrinsic as intr
+from hephaestus.normalization import merge_moments
 from hephaestus.stages import Stage, StageContext, register_stage
 
 
@@ -48,17 +49,6 @@ class RNDState:
     norm: intr.IntrinsicState  # running second moment of the error
 
 
-def _fold(count, mean, var, x):
-    """Count-weighted running mean/variance of rows of x [M, D] (parallel-variance formula)."""
-    m = jnp.float32(x.shape[0])
-    b_mean, b_var = jnp.mean(x, 0), jnp.var(x, 0)
-    total = count + m
-    delta = b_mean - mean
-    mean = mean + delta * m / total
-    var = (var * count + b_var * m + delta ** 2 * count * m / total) / total
-    return total, mean, var
-
-
 def make_rnd(config, spec):
     """(init(key) -> RNDState, apply(state, next_obs [T, N, D]) -> (state, novelty [T, N], metrics))."""
     target_net = _RNDNet(config.stages.rnd.hidden_dim, config.stages.rnd.embed_dim)
@@ -79,7 +69,8 @@ def make_rnd(config, spec):
 
     def apply(state: RNDState, next_obs):
         flat = next_obs.reshape((-1, dim)).astype(jnp.float32)
-        count, mean, var = _fold(state.obs_count, state.obs_mean, state.obs_var, flat)
+        moments = merge_moments({"mean": state.obs_mean, "var": state.obs_var, "count": state.obs_count}, flat)
+        count, mean, var = moments["count"], moments["mean"], moments["var"]
         x = jnp.clip((flat - mean) / jnp.sqrt(var + 1e-8), -5.0, 5.0)
         novelty = error(state.predictor, state.target, x)  # score before learning
 

@@ -35,14 +35,14 @@ EPS = 1e-8
 
 def merge_moments(moments: dict, x: jax.Array) -> dict:
     """`moments` ({"mean", "var", "count"}, over the last axis of x or scalars) updated with the samples `x`
-    [..., D] (or [...] for scalar moments): all leading axes are samples."""
+    [..., D] (or [...] for scalar moments): all leading axes are samples. Also RND's input statistics (bonus.py)."""
     x = x.astype(jnp.float32)
     axes = tuple(range(x.ndim - moments["mean"].ndim))
     n = jnp.float32(x.size // max(1, moments["mean"].size))
     batch_mean, batch_var = jnp.mean(x, axis=axes), jnp.var(x, axis=axes)
     count = moments["count"] + n
     delta = batch_mean - moments["mean"]
-    mean = moments["mean"] + delta * (n / count)
+    mean = moments["mean"] + delta * n / count
     m2 = moments["var"] * moments["count"] + batch_var * n + delta**2 * moments["count"] * n / count
     return {"mean": mean, "var": m2 / count, "count": count}
 
