@@ -60,7 +60,8 @@ def test_float_hyperparameters_are_data_not_program_constants():
 def test_tiny_sweep_vmaps_its_points_and_each_agent_is_the_single_run(tmp_path, capsys):
     out = tmp_path / "sweep"
     code = sw.main([*TINY, "--grid", "ent-coef=0.0,0.05", "--grid", "lr=1e-3", "--seeds", "2", "--seed", "1",
-                    "--final-eval-episodes", "6", "--eval-episodes", "3", "--eval-max-steps", "40", "--out", str(out)])
+                    "--final-eval-episodes", "6", "--eval-episodes", "3", "--eval-max-steps", "40", "--eval-every", "2",
+                    "--out", str(out)])
     assert code == 0
     printed = capsys.readouterr().out
     assert "2 point(s) x 2 seed(s) in 1 program(s)" in printed
@@ -73,6 +74,10 @@ def test_tiny_sweep_vmaps_its_points_and_each_agent_is_the_single_run(tmp_path, 
     assert all(0 < float(r["eval/length_mean_mean"]) <= 40 for r in rows)
     evaluated = json.loads((out / "g" / "eval.json").read_text())
     assert evaluated["agent_seeds"] == [1, 2, 1, 2]
+    # the table's eval/ columns are the final evaluation's (6 episodes), not the last periodic one's (3)
+    final_returns = evaluated["metrics"]["per_seed"]["eval/return_mean"]
+    for p, row in enumerate(rows):
+        assert float(row["eval/return_mean_mean"]) == pytest.approx(np.mean(final_returns[2 * p:2 * p + 2]), rel=1e-5)
     image = __import__("matplotlib.image", fromlist=["imread"]).imread(out / "curves.png")
     assert image.shape[0] > 100 and image[..., :3].std() > 0.01  # written and not blank
     # Agent order: point 0 seeds 1, 2, then point 1 seeds 1, 2. Agent 3 (ent 0.05, seed 2) is the single run.

@@ -189,6 +189,7 @@ def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog
     # The final evaluation (--final-eval-episodes greedy episodes per agent, each agent with its own seed's key),
     # written to <out>/<group>/eval.json; its eval/ keys are the table's headline.
     evaluated = final_evaluation(trainer, result.runner_state, directory, message, agent_seeds) or {}
+    evaluated_keys = [k for k in evaluated.get("per_seed", evaluated) if k.startswith(EVAL_PREFIXES)]
     per_seed = lambda r, key: r["per_seed"][key] if agents > 1 else [r[key]]  # noqa: E731
     out = []
     for p, point in enumerate(group.points):
@@ -197,10 +198,9 @@ def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog
         present = last.get("per_seed", last)
         keys = [k for k in TABLE_METRICS if k in present] + sorted(k for k in present
                                                                      if k.startswith(("eval/", "episode/")))
-        evaluated_keys = [k for k in evaluated.get("per_seed", evaluated) if k.startswith(EVAL_PREFIXES)]
-        out.append({"point": point,
-                    "final": {**{k: per_seed(evaluated, k)[rows] for k in evaluated_keys},
-                              **{k: per_seed(last, k)[rows] for k in keys}},
+        final = {k: per_seed(evaluated, k)[rows] for k in evaluated_keys}  # first, and over a periodic eval's
+        final.update({k: per_seed(last, k)[rows] for k in keys if k not in final})
+        out.append({"point": point, "final": final,
                     "curves": {"env_steps": [r["env_steps"] for r in records],
                                **{k: [per_seed(r, k)[rows] for r in records] for k in keys}}})
     return out
