@@ -5,6 +5,16 @@ after compile) and peak memory. Each case runs in its own process so its peak me
     python scripts/bench.py                      # every case
     python scripts/bench.py --cases cartpole-4x128,cartpole-4x128-reference
     python scripts/bench.py --devices 1,2,4,8     # one data-parallel workload over 1, 2, 4, 8 devices
+    python scripts/bench.py --reference-dir ~/purejaxrl/purejaxrl --reference-python ~/pjr-venv/bin/python
+
+--reference-dir DIR (a folder holding PureJaxRL's own, unmodified ppo.py and wrappers.py) adds the case
+cartpole-4x128-purejaxrl and, with no --cases, runs the comparison a PureJaxRL user makes: our training script
+against PureJaxRL's `train` on the identical configuration (CartPole-v1, 4 envs x 128 steps, 4 minibatches x 4
+epochs, 2 x 64 tanh, 5e5 steps), alternating --rounds times; it prints env steps/s after compile and the whole
+run's wall time for each, and their ratios. PureJaxRL's ppo.py needs distrax and gymnax < 1 (its wrapper unpacks
+five values from env.step); --reference-python names an interpreter that has them (default: this one). Its
+wrappers.py imports brax and navix at the top, which CartPole never uses: where they are not installed, empty
+stand-ins are put in their place.
 
 Peak memory is the process's peak resident set on the CPU (which includes compilation), or the device's peak
 bytes in use where the backend reports it (GPU/TPU). PPO cases also print the compiled program's own buffers
@@ -107,6 +117,117 @@ def bench_reference(env_id, num_envs, num_steps, updates_per_chunk, hidden_dim, 
     state, _ = compiled(state)
     sps = time_chunks(compiled, state, updates_per_chunk * num_envs * num_steps)
     return {"compile_s": compile_s, "steps_per_s": sps, "detail": f"{minibatches} mb x {epochs} ep, hidden {hidden_dim}"}
+
+
+# PureJaxRL's ppo.py configuration as its __main__ has it (DEBUG off: its per-step host callback prints returns).
+PUREJAXRL_CONFIG = {"LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": 5e5, "UPDATE_EPOCHS": 4,
+                    "NUM_MINIBATCHES": 4, "GAMMA": 0.99, "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "ENT_COEF": 0.01,
+                    "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh", "ENV_NAME": "CartPole-v1",
+                    "ANNEAL_LR": True, "DEBUG": False}
+# The same run through our training script (its defaults already match: lr, gamma, lambda, clip, ent/vf coef, max
+# grad norm, tanh, lr annealing, 2 x 64 for CartPole through config.ENV_DEFAULTS).
+OURS_ARGS = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "128", "--total-timesteps", "5e5",
+             "--num-minibatches", "4", "--update-epochs", "4", "--hidden-dim", "64", "--no-wandb"]
+
+PUREJAXRL_RUNNER = r"""
+import importlib, json, sys, time, types
+t_start = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+for name in ("brax", "brax.envs", "brax.envs.wrappers", "brax.envs.wrappers.training", "navix"):
+    try:
+        importlib.import_module(name)
+    except ImportError:  # wrappers.py imports them at the top; CartPole never uses them
+        stand_in = types.ModuleType(name)
+        stand_in.__getattr__ = lambda attr: None
+        sys.modules[name] = stand_in
+import jax
+import ppo
+config = json.loads(sys.argv[2])
+t0 = time.perf_counter()
+compiled = jax.jit(ppo.make_train(config)).lower(jax.random.PRNGKey(30)).compile()
+t1 = time.perf_counter()
+out = compiled(jax.random.PRNGKey(30))
+jax.block_until_ready(out)
+t2 = time.perf_counter()
+steps = config["NUM_UPDATES"] * config["NUM_ENVS"] * config["NUM_STEPS"]
+ret = float(out["metrics"]["returned_episode_returns"][-1].mean())
+import resource
+print("RESULT " + json.dumps({"peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "compile_s": t1 - t0, "steps_per_s": steps / (t2 - t1), "train_call_s": t2 - t0,
+                              "process_s": t2 - t_start, "final_return": ret,
+                              "detail": f"PureJaxRL's ppo.py, one train call of {config['NUM_UPDATES']} updates"}))
+"""
+
+
+def run_purejaxrl(reference_dir: str, python: str, config: dict) -> dict:
+    """PureJaxRL's own `make_train(config)`, compiled and run once in a fresh process -> its figures."""
+    out = subprocess.run([python, "-c", PUREJAXRL_RUNNER, reference_dir, json.dumps(config)], capture_output=True,
+                         text=True)
+    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
+    if out.returncode or line is None:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"PureJaxRL's ppo.py in {reference_dir} failed: {last[:200]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def run_ours_script(run_dir: str, cold_cache: bool = False) -> dict:
+    """scripts/train_purejaxrl.py on the PureJaxRL configuration, as a user starts it -> steps/s after compile
+    (env steps / the chunks' wall seconds, from its metrics.jsonl) and the wall time from starting the process to
+    the final checkpoint's "complete" line."""
+    env = dict(os.environ)
+    if cold_cache:  # an empty persistent compilation cache: the compile a first run pays
+        env["JAX_COMPILATION_CACHE_DIR"] = os.path.join(run_dir, "compile-cache")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "train_purejaxrl.py"), *OURS_ARGS,
+                             "--checkpoint-dir", run_dir, "--run-name", "cartpole"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    to_checkpoint = None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if to_checkpoint is None and line.startswith("checkpoint: ") and " complete" in line:
+            to_checkpoint = time.perf_counter() - t0
+    if proc.wait() or to_checkpoint is None:
+        raise RuntimeError(f"train_purejaxrl.py failed: {(lines or ['no output'])[-1].strip()[:200]}")
+    records = [json.loads(l) for l in open(os.path.join(run_dir, "cartpole", "metrics.jsonl"))]
+    last = [r for r in records if "steps_per_second" in r][-1]
+    compile_s = next((float(l.split()[1].rstrip("s")) for l in lines if l.startswith("compile: ")), float("nan"))
+    return {"steps_per_s": last["env_steps"] / last["wall_seconds"], "run_s": to_checkpoint, "compile_s": compile_s,
+            "final_return": last["mean_episode_return"]}
+
+
+def compare_with_purejaxrl(reference_dir: str, python: str, rounds: int, cold_cache: bool) -> int:
+    """Alternate our script and PureJaxRL's ppo.py `rounds` times; print each round and the medians' ratios.
+    PureJaxRL has no persistent compilation cache: it compiles every time. Ours uses its cache (a second run of
+    the same configuration finds the program there) unless `cold_cache`."""
+    import tempfile
+
+    print(f"CartPole-v1, 4 envs x 128 steps, 4 minibatches x 4 epochs, 2 x 64 tanh, 5e5 env steps; {rounds} "
+          f"alternating rounds on {os.cpu_count()} cores; our compilation cache "
+          f"{'empty every run' if cold_cache else 'as a user has it'}")
+    print(f"{'round':>5} {'who':<10} {'steps/s after compile':>22} {'whole run s':>12} {'compile s':>9} {'return':>7}")
+    ours, theirs = [], []
+    for i in range(rounds):
+        for who in (("hephaestus", "purejaxrl") if i % 2 == 0 else ("purejaxrl", "hephaestus")):
+            if who == "purejaxrl":
+                r = run_purejaxrl(reference_dir, python, PUREJAXRL_CONFIG)
+                r["run_s"] = r["train_call_s"]  # its `train` call including the compile (imports not counted)
+                theirs.append(r)
+            else:
+                with tempfile.TemporaryDirectory() as run_dir:
+                    r = run_ours_script(run_dir, cold_cache)
+                ours.append(r)
+            print(f"{i + 1:>5} {who:<10} {r['steps_per_s']:>22,.0f} {r['run_s']:>12.2f} {r['compile_s']:>9.2f} "
+                  f"{r['final_return']:>7.1f}", flush=True)
+    med = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
+    print(f"env steps/s after compile, hephaestus / PureJaxRL: {med(ours, 'steps_per_s') / med(theirs, 'steps_per_s'):.2f}x "
+          f"(medians {med(ours, 'steps_per_s'):,.0f} / {med(theirs, 'steps_per_s'):,.0f})")
+    print(f"whole run, hephaestus (process start to final checkpoint) / PureJaxRL (train call with compile): "
+          f"{med(ours, 'run_s') / med(theirs, 'run_s'):.2f}x (medians {med(ours, 'run_s'):.2f}s / {med(theirs, 'run_s'):.2f}s)")
+    return 0
+
+
+def bench_purejaxrl(reference_dir: str, python: str):
+    return run_purejaxrl(reference_dir, python, PUREJAXRL_CONFIG)
 
 
 def bench_random_policy(env_name, num_envs, steps_per_chunk):
@@ -241,21 +362,31 @@ def run_devices(counts: list[int]) -> int:
 
 
 def run_worker(name: str) -> None:
-    fn, kwargs = CASES[name]
+    fn, kwargs = CASES[name]  # the purejaxrl case is added by main() from --reference-dir
     result = fn(**kwargs)
-    result["peak_mib"] = peak_memory_mib()
+    result.setdefault("peak_mib", peak_memory_mib())  # the purejaxrl case reports its own process's
     print("RESULT " + json.dumps(result), flush=True)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names (default: all)")
+    p.add_argument("--cases", help="comma-separated case names (default: all)")
     p.add_argument("--devices", help="comma-separated device counts, e.g. 1,2,4,8: run one data-parallel "
                    "workload on each instead of the cases (simulated devices on a CPU)")
+    p.add_argument("--reference-dir", metavar="DIR", help="folder with PureJaxRL's own ppo.py and wrappers.py: adds "
+                   "the case cartpole-4x128-purejaxrl; without --cases, runs the script-against-PureJaxRL comparison")
+    p.add_argument("--reference-python", metavar="PYTHON", default=sys.executable,
+                   help="interpreter for PureJaxRL's ppo.py (it needs distrax and gymnax < 1; default: this one)")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of that comparison (default 3)")
+    p.add_argument("--cold-cache", action="store_true", help="in that comparison, start our script with an empty "
+                   "compilation cache every time (PureJaxRL has none)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--devices-worker", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
+        if args.reference_dir:
+            CASES["cartpole-4x128-purejaxrl"] = (bench_purejaxrl, dict(reference_dir=args.reference_dir,
+                                                                       python=args.reference_python))
         run_worker(args.worker)
         return 0
     if args.devices_worker:
@@ -270,7 +401,24 @@ def main() -> int:
             print(f"error: --devices takes positive counts like 1,2,4,8, got {args.devices!r}", file=sys.stderr)
             return 2
         return run_devices(counts)
-    names = [n.strip() for n in args.cases.split(",") if n.strip()]
+    if args.reference_dir:
+        if not os.path.isfile(os.path.join(args.reference_dir, "ppo.py")):
+            print(f"error: --reference-dir {args.reference_dir}: no ppo.py there (PureJaxRL's purejaxrl/ folder)",
+                  file=sys.stderr)
+            return 2
+        CASES["cartpole-4x128-purejaxrl"] = (bench_purejaxrl, dict(reference_dir=os.path.abspath(args.reference_dir),
+                                                                   python=args.reference_python))
+        if args.cases is None:
+            if args.rounds < 1:
+                print(f"error: --rounds must be >= 1, got {args.rounds}", file=sys.stderr)
+                return 2
+            try:
+                return compare_with_purejaxrl(os.path.abspath(args.reference_dir), args.reference_python, args.rounds,
+                                              args.cold_cache)
+            except RuntimeError as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 1
+    names = [n.strip() for n in (args.cases or ",".join(CASES)).split(",") if n.strip()]
     unknown = [n for n in names if n not in CASES]
     if unknown:
         print(f"error: unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}", file=sys.stderr)
@@ -282,7 +430,9 @@ def main() -> int:
     print(f"{'case':<30} {'compile s':>9} {'env steps/s':>12} {'peak MiB':>9}  detail")
     results = {}
     for name in names:
-        out = subprocess.run([sys.executable, __file__, "--worker", name], capture_output=True, text=True)
+        reference = ["--reference-dir", args.reference_dir, "--reference-python", args.reference_python] \
+            if args.reference_dir else []
+        out = subprocess.run([sys.executable, __file__, "--worker", name, *reference], capture_output=True, text=True)
         line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
         if out.returncode or line is None:
             last = (out.stderr.strip().splitlines() or ["no output"])[-1]
@@ -294,7 +444,11 @@ def main() -> int:
     for name in names:
         ref = results.get(f"{name}-reference")
         if name in results and ref:
-            print(f"{name}: hephaestus / plain PureJaxRL = {results[name]['steps_per_s'] / ref['steps_per_s']:.2f}x")
+            print(f"{name}: hephaestus / our PureJaxRL-style reference = "
+                  f"{results[name]['steps_per_s'] / ref['steps_per_s']:.2f}x")
+        theirs = results.get(f"{name}-purejaxrl")
+        if name in results and theirs:
+            print(f"{name}: hephaestus chunk / PureJaxRL's ppo.py = {results[name]['steps_per_s'] / theirs['steps_per_s']:.2f}x")
         dtc = results.get(f"{name}-dtc")
         if name in results and dtc:
             print(f"{name}: PPO+DTC costs {results[name]['steps_per_s'] / dtc['steps_per_s']:.2f}x PPO per env step")

@@ -308,6 +308,11 @@ def test_env_dependent_defaults_fill_only_what_is_not_given():
     assert settled(TrainConfig.from_flat(env="gymnax:CartPole-v1")).ppo.ent_coef == FALLBACK_DEFAULTS["ent_coef"]
     assert settled(TrainConfig.from_flat(env="hackmatrix", ent_coef=0.5)).ppo.ent_coef == 0.5
     assert settled(TrainConfig.from_flat(env="jumanji:Snake-v1")).network.hidden_dim == FALLBACK_DEFAULTS["hidden_dim"]
+    # Discrete classic control: PureJaxRL's 2 x 64 (an env's full name is a key too); continuous keeps 256.
+    assert settled(TrainConfig.from_flat(env="gymnax:CartPole-v1")).network.hidden_dim == 64
+    assert settled(TrainConfig.from_flat(env="gymnax:Acrobot-v1")).network.hidden_dim == 64
+    assert settled(TrainConfig.from_flat(env="gymnax:Pendulum-v1")).network.hidden_dim == FALLBACK_DEFAULTS["hidden_dim"]
+    assert settled(TrainConfig.from_flat(env="gymnax:CartPole-v1", hidden_dim=32)).network.hidden_dim == 32
     hash(TrainConfig())
     parse = lambda *argv: settled(config_from_args(build_parser().parse_args(list(argv))))
     assert parse().ppo.ent_coef == hackmatrix                                       # --env hackmatrix is the default
@@ -319,3 +324,57 @@ def test_env_dependent_defaults_fill_only_what_is_not_given():
     resumed = lambda *argv: settled(config_from_args(build_parser().parse_args(list(argv)), config_of(saved)))
     assert resumed().ppo.ent_coef == 0.01
     assert resumed("--ent-coef", "0.05").ppo.ent_coef == 0.05
+
+
+class StateProbe:
+    """A hook that asks for the runner state after the chunks ending at `wanted` updates, records what it was
+    given (the state's update counter, or None), and stops the loop after update `stop_at`."""
+
+    def __init__(self, wanted=(), stop_at=None):
+        self.wanted, self.stop_at, self.seen, self.end = set(wanted), stop_at, [], None
+
+    def needs_state(self, update):
+        return update in self.wanted
+
+    def after_chunk(self, runner_state, record):
+        given = None if runner_state is None else int(jax.device_get(runner_state.update_step))
+        self.seen.append((record["update"], given))
+        return self.stop_at is not None and record["update"] >= self.stop_at
+
+    def at_end(self, runner_state, record):
+        self.end = int(jax.device_get(runner_state.update_step))
+
+
+def test_the_loop_queues_the_next_chunk_unless_a_hook_reads_the_state_and_the_result_is_the_same():
+    """Dispatch ahead: after a chunk no hook needs, the next chunk is already queued (its input donated), so the
+    hooks get None; a hook that asks gets the state of exactly that chunk; the trained parameters do not depend
+    on which it was."""
+    config = dict(total_timesteps=8 * 64)  # 8 updates of 64 env steps: 4 chunks of 2
+    ahead, probe = walk_trainer(**config), StateProbe(wanted={4})
+    result = run(ahead, hooks=[probe], message=lambda _: None)
+    assert [r["update"] for r in result.records] == [2, 4, 6, 8]
+    assert probe.seen == [(2, None), (4, 4), (6, None), (8, 8)] and probe.end == 8  # the last chunk: never ahead
+    in_step = run(walk_trainer(**config), hooks=[StateProbe(wanted={2, 4, 6, 8})], message=lambda _: None)
+    for a, b in zip(jax.tree.leaves(result.runner_state.train_state.params),
+                    jax.tree.leaves(in_step.runner_state.train_state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_stop_lets_the_queued_chunk_finish_and_log_then_nothing_more_runs():
+    probe = StateProbe(stop_at=2)
+    result = run(walk_trainer(total_timesteps=8 * 64), hooks=[probe], message=lambda _: None)
+    assert result.stopped_early
+    assert [r["update"] for r in result.records] == [2, 4]  # the chunk queued behind update 2 ran and was logged
+    assert probe.seen[-1] == (4, 4) and probe.end == 4  # and the final save would see its state
+
+
+def test_the_checkpoint_hook_asks_for_the_state_only_when_a_save_is_due(tmp_path):
+    from hephaestus.training_hooks import CheckpointHook, NanGuard, StopSignals
+
+    by_updates = CheckpointHook(checkpointer=None, every_updates=4, start_update=0)
+    assert [by_updates.needs_state(u) for u in (2, 4, 6)] == [False, True, True]
+    by_clock = CheckpointHook(checkpointer=None, every_minutes=10.0)
+    assert not by_clock.needs_state(2)
+    by_clock.last_time -= 601
+    assert by_clock.needs_state(2)
+    assert not NanGuard().needs_state(2) and not StopSignals().needs_state(2)

@@ -53,8 +53,12 @@ OBS_DTYPES = ("auto", "float32", "bfloat16", "uint8")
 # at None (auto) takes its family's value, else FALLBACK_DEFAULTS'. HackMatrix: with an entropy bonus of 0.01,
 # about half the seeds settle within 2e6 steps into surviving without clearing stages (the seeds' "entropy
 # collapse"); with 0.03 every seed tried kept clearing stages (specs/hackmatrix.md, "Learning").
+# Discrete classic control: PureJaxRL's ppo.py network (2 x 64 tanh, separate actor and critic), so a user who
+# compares the two on CartPole compares the same arithmetic; at 256 the update costs ~10x more (specs/speed.md).
+# Keys are an env family or one env's full name; the full name wins.
 FALLBACK_DEFAULTS = {"ent_coef": 0.01, "hidden_dim": 256}
-ENV_DEFAULTS = {"hackmatrix": {"ent_coef": 0.03}}
+ENV_DEFAULTS = {"hackmatrix": {"ent_coef": 0.03},
+                **{f"gymnax:{name}": {"hidden_dim": 64} for name in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")}}
 
 # PPO hyperparameters that are data, not compile-time constants: they live in `RunnerState.hyper` (float32, per
 # agent with --num-seeds), so runs and sweep points that differ only in them share one compiled program.
@@ -70,7 +74,7 @@ OBS_READING_STAGES = DTC_STAGES + ("rnd", "count_bonus")
 
 def env_defaults(env: str) -> dict:
     """The defaults of the fields in FALLBACK_DEFAULTS for env name `env`."""
-    return {**FALLBACK_DEFAULTS, **ENV_DEFAULTS.get(env.partition(":")[0], {})}
+    return {**FALLBACK_DEFAULTS, **ENV_DEFAULTS.get(env.partition(":")[0], {}), **ENV_DEFAULTS.get(env, {})}
 
 
 def _env_default_text(name: str) -> str:

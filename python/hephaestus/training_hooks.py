@@ -1,7 +1,9 @@
 """Hooks for loop.run that guard a training run: stop cleanly on a signal, stop on a non-finite loss before
 anything saves it, and save checkpoints periodically and at the end (checkpoint.Checkpointer does the I/O).
 
-Each hook has `after_chunk(runner_state, record) -> bool` (True: stop the loop) and `at_end(runner_state, record)`.
+Each hook has `needs_state(update) -> bool` (whether its `after_chunk` at that update reads the runner state: the
+loop queues the next chunk first where no hook does, and passes None), `after_chunk(runner_state, record) -> bool`
+(True: stop the loop) and `at_end(runner_state, record)`.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ class StopSignals:
     def exit_code(self) -> int:
         return EXIT_CODES.get(self.signum, 1) if self.signum is not None else 0
 
+    def needs_state(self, update: int) -> bool:
+        return False  # it stops the loop; the final save reads the state in at_end
+
     def after_chunk(self, runner_state, record) -> bool:
         if jax.process_count() > 1:  # every host must stop after the same chunk: the final save is collective
             from jax.experimental import multihost_utils
@@ -92,7 +97,12 @@ def _write_fd(fd: int, text: str) -> None:
 
 class NanGuard:
     """A non-finite loss or parameter stops the run before anything saves it (put it before the checkpoint
-    hook): the last good checkpoint stays untouched."""
+    hook): the last good checkpoint stays untouched. The metrics are checked after every chunk; the parameters
+    wherever the loop hands over the state, which includes every chunk after which something is saved or
+    evaluated (non-finite parameters in between show in the next chunk's losses and gradient norm)."""
+
+    def needs_state(self, update: int) -> bool:
+        return False
 
     METRICS = ("total_loss", "pg_loss", "vf_loss", "entropy", "approx_kl", "grad_norm")
 
@@ -105,7 +115,7 @@ class NanGuard:
             if isinstance(value, float) and not math.isfinite(value) and key != "eta_seconds":
                 raise TrainingError(f"non-finite {key} ({value}) in the chunk ending at update {update}; "
                                     "stopped without saving this state")
-        if not bool(all_finite(runner_state.train_state.params)):
+        if runner_state is not None and not bool(all_finite(runner_state.train_state.params)):
             raise TrainingError(f"non-finite parameters after update {update}; stopped without saving this state")
         return False
 
@@ -160,14 +170,17 @@ class CheckpointHook:
             except Exception as err:  # noqa: BLE001 - an artifact upload must never cost the run
                 self.message(f"wandb: could not log checkpoint {update} as an artifact ({one_line(err)})")
 
+    def needs_state(self, update: int) -> bool:
+        """Whether a save is due after the chunk that ends at `update` (asked before the next chunk is queued)."""
+        if self.every_updates:
+            return update - self.last_update >= self.every_updates
+        return time.monotonic() - self.last_time >= self.every_minutes * 60
+
     def after_chunk(self, runner_state, record) -> bool:
         if self._pending is not None and not self.ckpt.saving():  # finished (or failed) in the background
             self._flush_pending()
-        if self.every_updates:
-            due = record["update"] - self.last_update >= self.every_updates
-        else:
-            due = time.monotonic() - self.last_time >= self.every_minutes * 60
-        if due:
+        # Due by the clock only when the loop asked (needs_state) and kept the state for it; else at a later chunk.
+        if runner_state is not None and self.needs_state(record["update"]):
             self._save(runner_state, record)
         return False
 
