@@ -132,7 +132,6 @@ OURS_ARGS = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "1
 PUREJAXRL_RUNNER = r"""
 import importlib, json, sys, time, types
 t_start = time.perf_counter()
-sys.path.insert(0, sys.argv[1])
 for name in ("brax", "brax.envs", "brax.envs.wrappers", "brax.envs.wrappers.training", "navix"):
     try:
         importlib.import_module(name)
@@ -142,7 +141,7 @@ for name in ("brax", "brax.envs", "brax.envs.wrappers", "brax.envs.wrappers.trai
         sys.modules[name] = stand_in
 import jax
 import ppo
-config = json.loads(sys.argv[2])
+config = json.loads(sys.argv[1])
 t0 = time.perf_counter()
 compiled = jax.jit(ppo.make_train(config)).lower(jax.random.PRNGKey(30)).compile()
 t1 = time.perf_counter()
@@ -154,14 +153,14 @@ ret = float(out["metrics"]["returned_episode_returns"][-1].mean())
 import resource
 print("RESULT " + json.dumps({"peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "compile_s": t1 - t0, "steps_per_s": steps / (t2 - t1), "train_call_s": t2 - t0,
                               "process_s": t2 - t_start, "final_return": ret,
-                              "detail": f"PureJaxRL's ppo.py, one train call of {config['NUM_UPDATES']} updates"}))
+                              "detail": f"PureJaxRL's ppo.py, one train call of {int(config['NUM_UPDATES'])} updates"}))
 """
 
 
 def run_purejaxrl(reference_dir: str, python: str, config: dict) -> dict:
     """PureJaxRL's own `make_train(config)`, compiled and run once in a fresh process -> its figures."""
-    out = subprocess.run([python, "-c", PUREJAXRL_RUNNER, reference_dir, json.dumps(config)], capture_output=True,
-                         text=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (reference_dir, os.environ.get("PYTHONPATH")) if p)}
+    out = subprocess.run([python, "-c", PUREJAXRL_RUNNER, json.dumps(config)], capture_output=True, text=True, env=env)
     line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
     if out.returncode or line is None:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]

@@ -259,8 +259,9 @@ def test_metrics_write_failure_saves_then_exits_1(tmp_path, capsys, monkeypatch)
     code = main(*TINY, "--total-timesteps", str(20 * 64), "--run-name", "m", "--checkpoint-dir", str(tmp_path))
     assert code == 1
     line = error_line(capsys.readouterr().err, "metrics.jsonl failed (No space left on device) after update 6")
-    assert "--resume" in line
-    assert ck.locate(str(tmp_path / "m")).step == 6  # the state of the last chunk is saved
+    assert "--resume" in line and "stopped at update 8 and saved its state there" in line
+    # The chunk queued behind update 6 (dispatch ahead) ran; its state is the one there is, and it is saved.
+    assert ck.locate(str(tmp_path / "m")).step == 8
     assert (tmp_path / "m" / "final_params.npz").exists()
     assert [r["update"] for r in records(tmp_path / "m" / "metrics.jsonl")] == [2, 4]
 

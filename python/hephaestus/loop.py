@@ -208,5 +208,7 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
         hook.at_end(runner, record)
     result.runner_state = runner
     if failed_sink:
-        raise SinkError(f"{failed_sink}; the run stopped there and saved its state (continue with --resume)")
+        # The chunk already queued when the write failed has run: its state (not the failed record's) is saved.
+        raise SinkError(f"{failed_sink}; the run stopped at update {done_updates} and saved its state there "
+                        f"(continue with --resume)")
     return result
