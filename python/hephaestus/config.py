@@ -54,7 +54,7 @@ OBS_DTYPES = ("auto", "float32", "bfloat16", "uint8")
 # about half the seeds settle within 2e6 steps into surviving without clearing stages (the seeds' "entropy
 # collapse"); with 0.03 every seed tried kept clearing stages (specs/hackmatrix.md, "Learning").
 # Discrete classic control: PureJaxRL's ppo.py network (2 x 64 tanh, separate actor and critic), so a user who
-# compares the two on CartPole compares the same arithmetic; at 256 the update costs ~10x more (specs/speed.md).
+# compares the two on CartPole compares the same arithmetic; at 256 a CartPole chunk runs 5x slower (specs/speed.md).
 # Keys are an env family or one env's full name; the full name wins.
 FALLBACK_DEFAULTS = {"ent_coef": 0.01, "hidden_dim": 256}
 ENV_DEFAULTS = {"hackmatrix": {"ent_coef": 0.03},
