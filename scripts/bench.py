@@ -164,7 +164,7 @@ def run_purejaxrl(reference_dir: str, python: str, config: dict) -> dict:
     line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
     if out.returncode or line is None:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"PureJaxRL's ppo.py in {reference_dir} failed: {last[:200]}")
+        raise RuntimeError(f"PureJaxRL's ppo.py failed: {last[:200]}")
     return json.loads(line[len("RESULT "):])
 
 
