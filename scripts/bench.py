@@ -225,10 +225,6 @@ def compare_with_purejaxrl(reference_dir: str, python: str, rounds: int, cold_ca
     return 0
 
 
-def bench_purejaxrl(reference_dir: str, python: str):
-    return run_purejaxrl(reference_dir, python, PUREJAXRL_CONFIG)
-
-
 def bench_random_policy(env_name, num_envs, steps_per_chunk):
     """Env alone: masked-uniform random actions, `steps_per_chunk` vectorised steps in one scan."""
     import jax
@@ -382,10 +378,11 @@ def main() -> int:
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--devices-worker", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.reference_dir:  # in the main process and in its workers alike
+        args.reference_dir = os.path.abspath(args.reference_dir)
+        CASES["cartpole-4x128-purejaxrl"] = (run_purejaxrl, dict(reference_dir=args.reference_dir,
+                                                                 python=args.reference_python, config=PUREJAXRL_CONFIG))
     if args.worker:
-        if args.reference_dir:
-            CASES["cartpole-4x128-purejaxrl"] = (bench_purejaxrl, dict(reference_dir=args.reference_dir,
-                                                                       python=args.reference_python))
         run_worker(args.worker)
         return 0
     if args.devices_worker:
@@ -405,15 +402,12 @@ def main() -> int:
             print(f"error: --reference-dir {args.reference_dir}: no ppo.py there (PureJaxRL's purejaxrl/ folder)",
                   file=sys.stderr)
             return 2
-        CASES["cartpole-4x128-purejaxrl"] = (bench_purejaxrl, dict(reference_dir=os.path.abspath(args.reference_dir),
-                                                                   python=args.reference_python))
         if args.cases is None:
             if args.rounds < 1:
                 print(f"error: --rounds must be >= 1, got {args.rounds}", file=sys.stderr)
                 return 2
             try:
-                return compare_with_purejaxrl(os.path.abspath(args.reference_dir), args.reference_python, args.rounds,
-                                              args.cold_cache)
+                return compare_with_purejaxrl(args.reference_dir, args.reference_python, args.rounds, args.cold_cache)
             except RuntimeError as err:
                 print(f"error: {err}", file=sys.stderr)
                 return 1
@@ -428,9 +422,9 @@ def main() -> int:
           f"median of {TIMED_RUNS} timed chunks after compile")
     print(f"{'case':<30} {'compile s':>9} {'env steps/s':>12} {'peak MiB':>9}  detail")
     results = {}
+    reference = ["--reference-dir", args.reference_dir, "--reference-python", args.reference_python] \
+        if args.reference_dir else []
     for name in names:
-        reference = ["--reference-dir", args.reference_dir, "--reference-python", args.reference_python] \
-            if args.reference_dir else []
         out = subprocess.run([sys.executable, __file__, "--worker", name, *reference], capture_output=True, text=True)
         line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
         if out.returncode or line is None:
