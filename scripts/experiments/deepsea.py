@@ -206,9 +206,10 @@ def plot(results, path):
         for r in rs:
             eps = np.array([s["solved_episode"] if s["solved_episode"] is not None else np.inf for s in r["seeds"]])
             xs.append(r["size"])
-            meds.append(np.median(eps))
-            los.append(np.percentile(eps, 25))
-            his.append(np.percentile(eps, 75))
+            with np.errstate(invalid="ignore"):  # inf - inf between two unsolved seeds: nan, drawn as missing
+                meds.append(np.median(eps))
+                los.append(np.percentile(eps, 25))
+                his.append(np.percentile(eps, 75))
         meds = np.where(np.isfinite(meds), meds, np.nan)
         line, = ax.plot(xs, meds, "o-", label=agent)
         ax.fill_between(xs, np.where(np.isfinite(los), los, np.nan), np.where(np.isfinite(his), his, budget),
@@ -258,11 +259,15 @@ def main():
 
     results = []
 
-    def report(r):
+    def report(r):  # each row is saved as it finishes: a long run that is stopped keeps the rows it has
         results.append(r)
         print(row(r) + ("" if r.get("analytic") else
                         f"  [{r['compile_s']:.0f}s compile, {r['run_s']:.0f}s run, {r['distinct_maps']} maps]"),
               flush=True)
+        with open(args.out + ".json", "w") as f:
+            json.dump({"args": vars(args), "results": results}, f, indent=1, default=float)
+        with open(args.out + ".md", "w") as f:
+            f.write(HEADER + "\n" + "\n".join(row(r) for r in results) + "\n")
 
     print(HEADER)
     ppo_ent = args.ppo_ent_coefs[0]
@@ -283,10 +288,6 @@ def main():
                     report(run(size, "ppo", ppo_ent, args))
             else:
                 report(run(size, agent, args.ent_coef, args))
-    with open(args.out + ".json", "w") as f:
-        json.dump({"args": vars(args), "results": results}, f, indent=1, default=float)
-    with open(args.out + ".md", "w") as f:
-        f.write(HEADER + "\n" + "\n".join(row(r) for r in results) + "\n")
     plot([r for r in results if not r.get("analytic") and (r["agent"] != "ppo" or r["ent_coef"] == ppo_ent)],
          args.out + ".png")
     print(f"wrote {args.out}.json, {args.out}.md, {args.out}.png")
