@@ -77,6 +77,33 @@ def test_unknown_env_names_suggest_close_matches():
         make_env("atari:Pong")
 
 
+def test_env_params_change_the_training_env_and_evaluations_play_the_defaults():
+    """--env-params sets the training env's parameters, read as the types of the env's own fields; a name or value
+    that does not fit is a one-line EnvParamError (a kind of UnknownEnvError); evaluations play the defaults."""
+    from hephaestus.envs.registry import EnvParamError
+
+    env = make_env("hackmatrix", curriculum_share="0.5", undo_across_stages="0", max_steps_in_episode="200")
+    assert env.raw_params.curriculum_share == 0.5 and env.raw_params.undo_across_stages is False
+    assert env.raw_params.max_steps_in_episode == 200
+    with pytest.raises(EnvParamError, match=r"no parameter 'curiculum_share' \(did you mean curriculum_share"):
+        make_env("hackmatrix", curiculum_share="0.5")
+    with pytest.raises(EnvParamError, match="curriculum_max_stage must be in 2..8"):
+        make_env("hackmatrix", curriculum_max_stage="9")
+    with pytest.raises(EnvParamError, match="max_steps_in_episode is '2.5', expected an int"):
+        make_env("gymnax:CartPole-v1", max_steps_in_episode="2.5")
+    with pytest.raises(UnknownEnvError, match="has no parameters"):
+        make_env("deepsea:6", size="3")
+
+    config, _ = resolve(TrainConfig().replace(env="gymnax:CartPole-v1", num_envs=4, num_steps=32,
+                                              total_timesteps=4 * 32, env_params=("max_steps_in_episode=12",)))
+    trainer = make_train(config)
+    assert trainer.env.raw_params.max_steps_in_episode == 12
+    assert trainer.evaluation_env.raw_params.max_steps_in_episode == 500
+    _, metrics = trainer.train_chunk(trainer.runner_state, 1)
+    # training episodes end at the overridden limit: every env finishes at least two in 32 steps
+    assert float(metrics["mean_episode_length"][0]) <= 12 and float(metrics["num_episodes"][0]) >= 8
+
+
 def test_hackmatrix_names_its_action_groups_for_the_action_fractions():
     spec = make_env("hackmatrix").spec
     assert spec.action_groups == (("move", 0, 4), ("siphon", 4, 5), ("program", 5, 28))

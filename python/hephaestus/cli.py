@@ -65,7 +65,7 @@ def _add_option(group, option: Option) -> None:
     if kind == "bool":
         kwargs.update(type=_bool01, metavar="0|1")
     elif kind == "tuple":
-        kwargs.update(type=_names, metavar="NAME[,NAME...]")
+        kwargs.update(type=_names, metavar=option.metadata.get("metavar", "NAME[,NAME...]"))
     elif option.metadata.get("parse") == "number":
         kwargs.update(type=number)
     elif choices:

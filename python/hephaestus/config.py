@@ -107,6 +107,11 @@ class EnvConfig:
     """steps per env per rollout; batch = num-envs x num-steps"""
     total_timesteps: int = field(default=1_000_000, metadata={"parse": "number"})
     """env steps to train for; accepts 1e8"""
+    env_params: tuple[str, ...] = field(default=(), metadata={"parse": "csv", "metavar": "NAME=VALUE,...",
+                                                              "default_text": "none"})
+    """the training env's parameters, e.g. distance_coef=0,curriculum_share=0.5 (HackMatrix's or gymnax's
+    EnvParams fields, jumanji's make() arguments). Evaluations play the env's defaults, so runs with different
+    values are scored on the same game"""
 
 
 @dataclass(frozen=True)

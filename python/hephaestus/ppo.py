@@ -25,7 +25,7 @@ from hephaestus import networks as nets
 from hephaestus.config import TrainConfig, resolve_for_env
 from hephaestus.distributed import Sharder, mesh_for
 from hephaestus.envs.adapters import AdaptedEnv
-from hephaestus.envs.registry import make_env
+from hephaestus.envs.registry import make_env, make_training_env
 from hephaestus.obs_storage import ObsStorage, storage_for
 from hephaestus.runner_state import (SEED_AXES, RunnerState, fresh_agent, fresh_agents, initial_hyper,  # noqa: F401
                                      make_optimizer, strongly_typed, with_optimizer_hyperparams)
@@ -311,7 +311,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     # Devices first: an indivisible --num-envs is a one-line error before anything is built or compiled.
     mesh = mesh_for(config)
     num_envs, num_seeds = config.env.num_envs, config.run.num_seeds
-    env = env or make_env(config.env.name)
+    env = env or make_training_env(config.env)
+    eval_env = make_env(config.env.name) if config.env.env_params else None  # evaluations play the defaults
     config, spec = resolve_for_env(config, env.spec), env.spec  # settles the encoder and observation storage
     network = nets.make_network(spec, config)  # raises ConfigError for --encoder cells on an env without cells
     extras = extra_stages(StageContext(config=config, env_spec=spec, network=network))
@@ -346,4 +347,4 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     fresh_runner_state = jax.jit(fresh if num_seeds == 1 else partial(fresh_agents, fresh))
 
     return Trainer(config=config, env=env, network=network, pipeline=pipeline, compiled_chunk=compiled_chunk,
-                   fresh_runner_state=fresh_runner_state, sharder=shard, context=ctx)
+                   fresh_runner_state=fresh_runner_state, sharder=shard, context=ctx, eval_env=eval_env)

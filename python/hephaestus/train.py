@@ -62,7 +62,7 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
     print = builtins.print if main_process else (lambda *a, **k: None)  # noqa: A001 (fail() still reports)
 
     # Imported after parsing so --help and flag errors answer instantly.
-    from hephaestus.envs.registry import UnknownEnvError, make_env
+    from hephaestus.envs.registry import UnknownEnvError, make_training_env
     from hephaestus.compilation_cache import enable_compilation_cache
     from hephaestus.loop import TrainingError, run
     from hephaestus.ppo import make_train
@@ -73,7 +73,7 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
     cache = enable_compilation_cache() or "off"
     watchdog.enter("setup")
     try:
-        env = make_env(config.env.name)
+        env = make_training_env(config.env)
     except UnknownEnvError as err:
         fail(str(err))
     if note:

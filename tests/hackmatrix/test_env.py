@@ -301,3 +301,41 @@ def test_nested_vmap_and_jit_reset():
     assert obs["obs"].shape == (2, 3, 1545)
     nb = (np.asarray(st.content) == BLOCK).sum(-1)
     assert ((nb >= 5) & (nb <= 11)).all()
+
+
+def test_curriculum_starts_a_share_of_games_on_later_stages_and_share_zero_is_the_rules_game():
+    """EnvParams.curriculum_share (a training curriculum, issue 22): that share of new games starts on a stage
+    uniform in 2..curriculum_max_stage with that stage's scheduled-task interval (R68) and starting transmissions
+    (R35) and a player's resources; share 0 is exactly the game of the rules, whatever the maximum stage; the
+    auto-reset of a step starts its new games the same way as reset_env."""
+    from hephaestus.envs.hackmatrix.generate import CURRICULUM_RESOURCES_PER_STAGE, new_game
+
+    keys = jax.random.split(jax.random.key(5), 256)
+    reset = jax.jit(jax.vmap(ENV.reset_env, in_axes=(0, None)))
+    rules = jax.device_get(jax.jit(jax.vmap(new_game))(keys))  # the game without any curriculum argument
+    _, off = jax.device_get(reset(keys, PARAMS.replace(curriculum_max_stage=8)))
+    for name in rules.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(off, name), getattr(rules, name), err_msg=name)
+
+    _, half = jax.device_get(reset(keys, PARAMS.replace(curriculum_share=0.5, curriculum_max_stage=4)))
+    stage = np.asarray(half.stage)
+    late = stage > 1
+    assert 0.4 < late.mean() < 0.6 and set(stage[late].tolist()) == {2, 3, 4}
+    np.testing.assert_array_equal(half.sched_interval, 13 - stage)                     # R68
+    np.testing.assert_array_equal(half.next_sched_turn, 13 - stage)                    # R28
+    np.testing.assert_array_equal(np.asarray(half.ent_active).sum(-1), stage)          # R35: `stage` transmissions
+    for name in ("credits", "energy", "siphons", "owned", "player_pos", "content"):  # early starts: the rules' game
+        np.testing.assert_array_equal(getattr(half, name)[~late], getattr(rules, name)[~late], err_msg=name)
+    gained = np.asarray(half.credits) + np.asarray(half.energy) - np.asarray(rules.credits) - np.asarray(rules.energy)
+    assert (gained[late] <= 2 * CURRICULUM_RESOURCES_PER_STAGE * (stage[late] - 1)).all() and gained[late].mean() > 4
+    assert np.asarray(half.owned)[late].sum() > 0 and not np.asarray(half.owned)[~late].any()
+
+    # the auto-reset: a lane at the step limit starts its new game as reset_env does with the reset key
+    params = PARAMS.replace(curriculum_share=1.0, curriculum_max_stage=8)
+    state = make_state(player=(0, 0), time=999)
+    key = jax.random.key(11)
+    _, new, *_ = jax.jit(ENV.step_and_reset)(key, state, jnp.int32(0), params)
+    _, want = jax.jit(ENV.reset_env)(jax.random.split(key)[1], params)
+    for name in want.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(new, name), getattr(want, name), err_msg=name)
+    assert int(new.stage) >= 2

@@ -6,6 +6,7 @@ Adding an environment family means adding one branch here and, if its API differ
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 
 from hephaestus.envs.adapters import AdaptedEnv, adapt_deepsea, adapt_gymnax, adapt_jumanji
@@ -15,24 +16,99 @@ class UnknownEnvError(ValueError):
     """An environment name that does not resolve; the message is one line and suggests close names."""
 
 
+class EnvParamError(UnknownEnvError):
+    """An env parameter (``--env-params``) the env does not have, or a value that does not fit it; one line. A
+    kind of UnknownEnvError, so every caller that reports a bad env reports this too."""
+
+
 def _suggest(name: str, known) -> str:
     close = difflib.get_close_matches(name, list(known), n=3)
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
+def parse_env_params(items) -> dict:
+    """("distance_coef=0", "curriculum_share=0.5") -> {"distance_coef": "0", ...}: the values stay text until
+    ``make_env`` reads them as the types of the env's own parameters."""
+    params = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise EnvParamError(f"--env-params {item!r}: expected NAME=VALUE")
+        params[name.strip()] = value.strip()
+    return params
+
+
+def _read_value(env: str, name: str, text, default):
+    """``text`` as the type of ``default`` (bool, int or float); values that are already not text pass through."""
+    if not isinstance(text, str):
+        return text
+    kind = "a bool (0/1/true/false)" if isinstance(default, bool) else "an int" if isinstance(default, int) \
+        else "a number"
+    try:
+        if isinstance(default, bool):
+            return {"1": True, "true": True, "0": False, "false": False}[text.lower()]
+        if isinstance(default, int):
+            value = float(text)
+            if value != int(value):
+                raise ValueError
+            return int(value)
+        return float(text)
+    except (KeyError, ValueError):
+        raise EnvParamError(f"{env} parameter {name} is {text!r}, expected {kind}") from None
+
+
+def with_params(env: str, params, overrides: dict):
+    """``params`` (a dataclass of the env's parameters) with ``overrides`` read as its fields' types; an unknown
+    name is a one-line error listing the known ones."""
+    if not overrides:
+        return params
+    fields = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
+    for name in overrides:
+        if name not in fields:
+            raise EnvParamError(f"{env} has no parameter {name!r}{_suggest(name, fields)}; its parameters: "
+                                f"{', '.join(fields)}")
+    return params.replace(**{n: _read_value(env, n, v, fields[n]) for n, v in overrides.items()})
+
+
+def make_training_env(env_config) -> AdaptedEnv:
+    """The env a run trains on: ``--env`` with ``--env-params`` (config.EnvConfig)."""
+    return make_env(env_config.name, **parse_env_params(env_config.env_params))
+
+
+def _number_or_text(text):
+    """jumanji's keyword arguments have no declared types: whole numbers as int, other numbers as float."""
+    if not isinstance(text, str):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return int(value) if value == int(value) and "." not in text and "e" not in text.lower() else value
+
+
 def make_env(name: str, **param_overrides) -> AdaptedEnv:
+    """The env called ``name``, with its parameters changed by ``param_overrides`` (text or values; for gymnax,
+    craftax and HackMatrix the fields of its ``EnvParams``, for jumanji the keyword arguments of
+    ``jumanji.make``)."""
     family, _, env_id = name.partition(":")
     if family == "hackmatrix" and not env_id:
         try:
             from hephaestus.envs.hackmatrix import HackMatrix
+            from hephaestus.envs.hackmatrix.state import check_params
         except ImportError as err:  # pragma: no cover - the package ships it
             raise UnknownEnvError(f"hackmatrix environment unavailable: {err}") from err
         env = HackMatrix()
-        params = env.default_params.replace(**param_overrides) if param_overrides else env.default_params
+        params = with_params(name, env.default_params, param_overrides)
+        try:
+            check_params(params)
+        except ValueError as err:
+            raise EnvParamError(f"{name}: {err}") from None
         return adapt_gymnax(env, params, "hackmatrix")
     if family in ("deepsea", "deepsea-stochastic"):
         if not env_id.isdigit() or int(env_id) < 2:
             raise UnknownEnvError(f"{family} needs a size >= 2, e.g. {family}:10 (got {name!r})")
+        if param_overrides:
+            raise EnvParamError(f"{name} has no parameters to set (got {', '.join(param_overrides)})")
         return adapt_deepsea(int(env_id), stochastic=family == "deepsea-stochastic", name=name)
     if family == "gymnax":
         import gymnax
@@ -40,23 +116,25 @@ def make_env(name: str, **param_overrides) -> AdaptedEnv:
         if env_id not in gymnax.registered_envs:
             raise UnknownEnvError(f"unknown gymnax env {env_id!r}{_suggest(env_id, gymnax.registered_envs)}")
         env, params = gymnax.make(env_id)
-        if param_overrides:
-            params = params.replace(**param_overrides)
-        return adapt_gymnax(env, params, name)
+        return adapt_gymnax(env, with_params(name, params, param_overrides), name)
     if family == "jumanji":
         import jumanji
 
         known = jumanji.registered_environments()
         if env_id not in known:
             raise UnknownEnvError(f"unknown jumanji env {env_id!r}{_suggest(env_id, known)}")
-        return adapt_jumanji(jumanji.make(env_id, **param_overrides), name)
+        kwargs = {k: _number_or_text(v) for k, v in param_overrides.items()}
+        try:
+            return adapt_jumanji(jumanji.make(env_id, **kwargs), name)
+        except TypeError as err:
+            raise EnvParamError(f"{name}: {err}") from None
     if family == "craftax":
         try:
             from craftax.craftax_env import make_craftax_env_from_name
         except ImportError as err:
             raise UnknownEnvError("craftax is not installed (pip install craftax)") from err
         env = make_craftax_env_from_name(env_id, auto_reset=False)
-        return adapt_gymnax(env, env.default_params, name, five_tuple=True)
+        return adapt_gymnax(env, with_params(name, env.default_params, param_overrides), name, five_tuple=True)
     raise UnknownEnvError(
         f"unknown env {name!r}: use hackmatrix, gymnax:<id> (e.g. gymnax:CartPole-v1), "
         f"jumanji:<id> (e.g. jumanji:Snake-v1), craftax:<id> or deepsea:<size>")

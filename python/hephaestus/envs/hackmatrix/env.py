@@ -10,7 +10,7 @@ from hephaestus.episode_stats import EpisodeStat
 from .constants import NUM_ACTIONS, OBS_SIZE, PROGRAM_NAMES
 from . import rng
 from .compact import compacted_pair
-from .generate import initialize_stage_seeded, new_game, new_game_stage_seed, new_game_start
+from .generate import curriculum_start, initialize_stage_seeded, new_game, new_game_stage_seed, new_game_start
 from .observe import OBS_QUANTA, action_mask, observation
 from .state import EnvParams, EnvState, select
 from .step import play
@@ -21,11 +21,18 @@ def get_obs(state: EnvState):
     return {"obs": observation(state), "action_mask": action_mask(state)}
 
 
-def _level(need, is_new_game, obs_state, sd_stage, sd_reset):
-    """(obs, state) of the level a lane needs: a new game (``reset_env``'s, for seed ``sd_reset``) where
-    ``is_new_game``, else the next stage of the lane's state (step.play). One function for both, so level
-    generation is compiled once per step, not once for the stage advance and once for the auto-reset."""
-    start = select(is_new_game, new_game_start(sd_reset), obs_state[1])
+def _curriculum(params: EnvParams):
+    """(share, max stage) of the training curriculum as arrays (generate.curriculum_start)."""
+    return jnp.asarray(params.curriculum_share, jnp.float32), jnp.asarray(params.curriculum_max_stage, jnp.int32)
+
+
+def _level(need, is_new_game, obs_state, sd_stage, sd_reset, share, max_stage):
+    """(obs, state) of the level a lane needs: a new game (``reset_env``'s, for seed ``sd_reset``, with the
+    curriculum's ``share`` and ``max_stage``) where ``is_new_game``, else the next stage of the lane's state
+    (step.play). One function for both, so level generation is compiled once per step, not once for the stage
+    advance and once for the auto-reset."""
+    new_start = curriculum_start(new_game_start(sd_reset), sd_reset, share, max_stage)
+    start = select(is_new_game, new_start, obs_state[1])
     seed = jnp.where(is_new_game, new_game_stage_seed(sd_reset), sd_stage)
     out = initialize_stage_seeded(start, seed, need)
     return get_obs(out), out
@@ -92,7 +99,7 @@ class HackMatrix(environment.Environment):
         return EnvParams()
 
     def reset_env(self, key, params: EnvParams):
-        state = new_game(key)
+        state = new_game(key, curriculum=_curriculum(params))
         return get_obs(state), state
 
     @partial(jax.jit, static_argnames=("self",))
@@ -114,7 +121,7 @@ class HackMatrix(environment.Environment):
         # get_obs(st) is the observation of every lane that generates nothing; the others get theirs with
         # their level.
         (obs, state), final_obs = _levels_compact(next_stage, done, (get_obs(st), st), sd_stage,
-                                                  rng.seed(key_reset))
+                                                  rng.seed(key_reset), *_curriculum(params))
         info = {**_landed_info(info, final_obs, st, truncated & ~terminated), "terminated": terminated,
                 "truncated": truncated,
                 "final_observation": final_obs}

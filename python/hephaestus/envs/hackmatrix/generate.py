@@ -251,13 +251,49 @@ def blank_state() -> EnvState:
     )
 
 
-def new_game(key, need=True) -> EnvState:
-    """R25-R27: random corner, starting bonus, stage 1."""
-    return new_game_seeded(rng.seed(key), need)
+def new_game(key, need=True, curriculum=None) -> EnvState:
+    """R25-R27: random corner, starting bonus, stage 1 (or a later stage for a ``curriculum`` start, see
+    ``curriculum_start``)."""
+    return new_game_seeded(rng.seed(key), need, curriculum)
 
 
-def new_game_seeded(sd, need=True) -> EnvState:
-    return initialize_stage_seeded(new_game_start(sd), new_game_stage_seed(sd), need)
+def new_game_seeded(sd, need=True, curriculum=None) -> EnvState:
+    start = new_game_start(sd)
+    if curriculum is not None:
+        start = curriculum_start(start, sd, *curriculum)
+    return initialize_stage_seeded(start, new_game_stage_seed(sd), need)
+
+
+# Resources a curriculum start grants per skipped stage: up to this many credits and as many energy (uniform),
+# each program owned with this probability (1.15 programs per skipped stage), and one data siphon with probability
+# 1/2 once any stage is skipped. A guess at what a player who cleared those stages holds, not a rule.
+CURRICULUM_RESOURCES_PER_STAGE = 8
+CURRICULUM_PROGRAM_PROB_PER_STAGE = 0.05
+
+
+def curriculum_start(start: EnvState, sd, share, max_stage) -> EnvState:
+    """A training curriculum (issue 22; not a rule of the game): with probability ``share`` the new game ``start``
+    (``new_game_start``'s, before its first stage is generated) is moved to a stage uniform in 2..``max_stage``,
+    as a player who cleared the stages before it: the scheduled-task interval of that stage (13 - stage, R68) and
+    the resources of CURRICULUM_*. Stage generation (R28-R35) then builds that stage, its ``stage`` starting
+    transmissions included. With ``share`` 0 the start is returned unchanged: the draws below use counters that
+    ``new_game_start`` does not, so the game of every seed is the same as without a curriculum."""
+    share = jnp.asarray(share, jnp.float32)
+    max_stage = jnp.clip(jnp.asarray(max_stage, i32), 2, 8)
+    late = rng.uniform(sd, 16) < share
+    stage = 2 + rng.randint(sd, 17, max_stage - 1)
+    skipped = stage - 1
+    most = CURRICULUM_RESOURCES_PER_STAGE * skipped + 1
+    late_start = start.replace(
+        stage=stage.astype(i32),
+        sched_interval=(13 - stage).astype(i32),
+        credits=start.credits + rng.randint(sd, 18, most),
+        energy=start.energy + rng.randint(sd, 19, most),
+        siphons=start.siphons + rng.randint(sd, 20, 2),
+        owned=start.owned | (rng.uniform(sd, 32 + jnp.arange(NUM_PROGRAMS))
+                             < CURRICULUM_PROGRAM_PROB_PER_STAGE * skipped.astype(jnp.float32)),
+    )
+    return jax.tree.map(lambda a, b: jnp.where(late, a, b), late_start, start)
 
 
 def new_game_start(sd) -> EnvState:

@@ -78,6 +78,21 @@ class EnvParams:
     # stage's grid and the exit can be walked onto again (stage farming). True = faithful.
     undo_across_stages: bool = True
     siphon_quality_coef: float = 0.025   # R117 = 0.5 * 0.05 per missed credit/energy (subtracted)
+    # Training curriculum (issue 22; not a rule): this share of new games starts on a stage uniform in
+    # 2..curriculum_max_stage, with a player's resources (generate.curriculum_start). 0 = the game as the rules
+    # define it, which is what evaluations always play.
+    curriculum_share: float = 0.0
+    curriculum_max_stage: int = 4
+
+
+def check_params(params: EnvParams) -> None:
+    """ValueError (one line) for parameter values outside what the env can play."""
+    if not 0.0 <= params.curriculum_share <= 1.0:
+        raise ValueError(f"curriculum_share must be in [0, 1], got {params.curriculum_share}")
+    if not 2 <= params.curriculum_max_stage <= 8:
+        raise ValueError(f"curriculum_max_stage must be in 2..8, got {params.curriculum_max_stage}")
+    if params.max_steps_in_episode < 1:
+        raise ValueError(f"max_steps_in_episode must be positive, got {params.max_steps_in_episode}")
 
 
 REWARD_TERMS = (
