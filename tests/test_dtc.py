@@ -135,6 +135,9 @@ def test_clean_novelty_is_disagreement_minus_mean_variance_floored_at_zero():
     variances = jnp.array([[[0.5, 0.1]], [[0.5, 0.3]]])
     # dim 0: var of means = 1.0, mean var = 0.5 -> 0.5; dim 1: 0 - 0.2 -> floored at 0; mean over dims
     np.testing.assert_allclose(rssm.clean_novelty(means, variances), [0.25], rtol=1e-6)
+    # --dtc-aleatoric-weight 0: plain disagreement (1.0 and 0.0 over the dims); 0.5: 1 - 0.25 and 0 - 0.1 -> 0
+    np.testing.assert_allclose(rssm.clean_novelty(means, variances, aleatoric_weight=0.0), [0.5], rtol=1e-6)
+    np.testing.assert_allclose(rssm.clean_novelty(means, variances, aleatoric_weight=0.5), [0.375], rtol=1e-6)
 
 
 def test_replay_wraps_and_sampling_is_stratified():

@@ -88,7 +88,8 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          total_timesteps=-(-steps // batch) * batch, lr=args.lr, anneal_lr=False, ent_coef=ent_coef,
                          hidden_dim=args.hidden_dim, num_layers=2, num_minibatches=args.num_minibatches,
                          update_epochs=args.update_epochs,
-                         dtc_intrinsic_coef=args.intrinsic_coef, dtc_seq_len=args.seq_len,
+                         dtc_intrinsic_coef=args.intrinsic_coef, dtc_aleatoric_weight=args.aleatoric_weight,
+                         dtc_seq_len=args.seq_len,
                          dtc_replay_ratio=args.replay_ratio, dtc_replay_capacity=args.replay_capacity,
                          dtc_frontier_window=args.replay_capacity // 4, dtc_ensemble_size=args.ensemble_size,
                          dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, rnd_coef=args.rnd_coef,
@@ -240,6 +241,8 @@ def main():
     p.add_argument("--hidden-dim", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3, help="constant (no annealing)")
     p.add_argument("--intrinsic-coef", type=float, default=0.05, help="DTC / disagreement bonus weight")
+    p.add_argument("--aleatoric-weight", type=float, default=1.0,
+                   help="DTC / disagreement novelty: disagreement minus this x the members' variance (0: plain)")
     p.add_argument("--rnd-coef", type=float, default=0.05)
     p.add_argument("--count-coef", type=float, default=0.05)
     p.add_argument("--seq-len", type=int, default=8)

@@ -56,6 +56,9 @@ class DTCOptions:
     """share of replay draws from the most recent window"""
     frontier_window: int = 512
     """sequences in the recent window"""
+    aleatoric_weight: float = 1.0
+    """weight of the members' own predicted variance subtracted from their disagreement in novelty: 1 = clean
+    novelty (the design's); 0 = plain ensemble disagreement (Plan2Explore)"""
     intrinsic_coef: float = field(default=0.05, metadata={"flag": "--intrinsic-coef"})
     """intrinsic reward weight: reward += coef x (novelty + competence term)"""
     competence_coef: float = 1.0

@@ -274,14 +274,14 @@ def predict_next(model: RSSM, params, out):
     return mean, jnp.exp(logvar)
 
 
-def clean_novelty(means, variances, reduce: str = "mean"):
+def clean_novelty(means, variances, reduce: str = "mean", aleatoric_weight: float = 1.0):
     """Ensemble "clean novelty" per transition: per dimension, the variance of the K members' predicted
-    means minus the members' mean predicted variance, floored at 0; then reduced over dimensions.
-    means/variances: [K, ..., D] -> [...] float32."""
+    means minus `aleatoric_weight` x the members' mean predicted variance, floored at 0; then reduced over
+    dimensions (weight 0: plain disagreement). means/variances: [K, ..., D] -> [...] float32."""
     means = means.astype(jnp.float32)
     disagreement = jnp.var(means, axis=0)
     aleatoric = jnp.mean(variances.astype(jnp.float32), axis=0)
-    per_dim = jnp.maximum(disagreement - aleatoric, 0.0)
+    per_dim = jnp.maximum(disagreement - aleatoric_weight * aleatoric, 0.0)
     return jnp.mean(per_dim, -1) if reduce == "mean" else jnp.sum(per_dim, -1)
 
 
