@@ -116,10 +116,17 @@ def run(size: int, agent: str, ent_coef: float, args) -> dict:
     maps = np.asarray(stages["rollout"].env_state.action_mapping)[:, 0]  # [seeds, N, N]
     return summarise(size, agent, np.asarray(metrics["probe/episodes"]), np.asarray(metrics["probe/treasures"]),
                      np.asarray(stages["deepsea_probe"]), np.asarray(stages["bonus_probe"]), maps,
-                     {"compile_s": compile_s, "run_s": run_s, "ent_coef": ent_coef,
+                     {"compile_s": compile_s, "run_s": run_s, "ent_coef": ent_coef, "label": label(agent, args),
                       "env_steps_per_seed": config.num_updates * config.batch_size,
                       "share": float(np.mean([np.mean(v) for k, v in metrics.items() if k.endswith("intrinsic_share")]
                                              or [0.0]))})
+
+
+def label(agent: str, args) -> str:
+    """The agent's name in tables and plots: the DTC family's novelty variant is part of it."""
+    if agent in ("dtc", "disagreement") and args.aleatoric_weight != 1.0:
+        return f"{agent} (aleatoric {args.aleatoric_weight:g})"
+    return agent
 
 
 def spearman(x, y) -> float:
@@ -177,7 +184,7 @@ def row(r) -> str:
     corr = [s["corr"] for s in r["seeds"] if np.isfinite(s["corr"])]
     first_txt = (f"median {int(np.median([f if f is not None else r['episodes'] + 1 for f in firsts])):,}"
                  f"{'' if len(found) == n else '+'} ({len(found)}/{n} found)")
-    name = r["agent"] + (f" (ent {r['ent_coef']})" if r["agent"] == "ppo" else "")
+    name = r.get("label", r["agent"]) + (f" (ent {r['ent_coef']})" if r["agent"] == "ppo" else "")
     return (f"| {r['size']} | {name} | {len(solved)}/{n} | {scored}/{n} | "
             f"{'median ' + format(int(np.median(solved)), ',') if solved else '–'} | {first_txt} | "
             f"{np.mean([s['coverage'] for s in r['seeds']]):.2f} | {np.mean(corr):+.2f} |" if corr else
@@ -199,10 +206,8 @@ def plot(results, path):
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     sizes = sorted({r["size"] for r in results})
     budget = max(r["episodes"] for r in results)
-    for agent in AGENTS[1:]:
-        rs = sorted((r for r in results if r["agent"] == agent), key=lambda r: r["size"])
-        if not rs:
-            continue
+    for name in dict.fromkeys(r.get("label", r["agent"]) for r in results):  # in order of appearance
+        rs = sorted((r for r in results if r.get("label", r["agent"]) == name), key=lambda r: r["size"])
         xs, meds, los, his = [], [], [], []
         for r in rs:
             eps = np.array([s["solved_episode"] if s["solved_episode"] is not None else np.inf for s in r["seeds"]])
@@ -212,7 +217,7 @@ def plot(results, path):
                 los.append(np.percentile(eps, 25))
                 his.append(np.percentile(eps, 75))
         meds = np.where(np.isfinite(meds), meds, np.nan)
-        line, = ax.plot(xs, meds, "o-", label=agent)
+        line, = ax.plot(xs, meds, "o-", label=name)
         ax.fill_between(xs, np.where(np.isfinite(los), los, np.nan), np.where(np.isfinite(his), his, budget),
                         color=line.get_color(), alpha=0.12)
     ax.plot(sizes, [2.0 ** n + FORGIVENESS for n in sizes], "k--", label="2^N + 100 (bsuite's dithering bar)")
@@ -223,6 +228,24 @@ def plot(results, path):
     ax.set_title("missing points: median seed did not solve within the budget", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def merge(paths, out):
+    results, ppo_ent = [], None
+    for path in paths:
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as err:
+            sys.exit(f"error: --merge {path}: {err}")
+        results += data["results"]
+        ppo_ent = ppo_ent if ppo_ent is not None else data.get("ppo_ent")
+    results.sort(key=lambda r: r["size"])  # stable: each size keeps its files' order
+    with open(out + ".md", "w") as f:
+        f.write(HEADER + "\n" + "\n".join(row(r) for r in results) + "\n")
+    plot([r for r in results if not r.get("analytic") and (r["agent"] != "ppo" or r["ent_coef"] == ppo_ent)],
+         out + ".png")
+    print(f"wrote {out}.md, {out}.png ({len(results)} rows from {len(paths)} files)")
 
 
 def main():
@@ -253,10 +276,14 @@ def main():
     p.add_argument("--quick", action="store_true", help="defaults for a smoke run: 2 sizes (6, 8), 3 seeds, 300 "
                    "episodes, small models (explicit flags still win)")
     p.add_argument("--out", default="deepsea", help="writes OUT.json, OUT.md (table) and OUT.png")
+    p.add_argument("--merge", nargs="+", metavar="JSON", help="runs nothing: the rows of these earlier OUT.json "
+                   "files in one OUT.md table and OUT.png plot (PPO: the entropy coefficient the first file chose)")
     if "--quick" in sys.argv[1:]:  # quick defaults; flags given explicitly still win
         p.set_defaults(sizes=[6, 8], seeds=3, episodes=300, ppo_ent_coefs=[0.01, 0.1], num_envs=8, num_steps=16,
                        ensemble_size=2, wm_dim=16, replay_capacity=64, hidden_dim=32)
     args = p.parse_args()
+    if args.merge:
+        return merge(args.merge, args.out)
     if min(args.sizes) < 2 or args.seeds < 1 or args.episodes < 1:
         p.error("sizes must be >= 2, seeds and episodes >= 1")
 
@@ -268,12 +295,12 @@ def main():
                         f"  [{r['compile_s']:.0f}s compile, {r['run_s']:.0f}s run, {r['distinct_maps']} maps]"),
               flush=True)
         with open(args.out + ".json", "w") as f:
-            json.dump({"args": vars(args), "results": results}, f, indent=1, default=float)
+            json.dump({"args": vars(args), "ppo_ent": ppo_ent, "results": results}, f, indent=1, default=float)
         with open(args.out + ".md", "w") as f:
             f.write(HEADER + "\n" + "\n".join(row(r) for r in results) + "\n")
 
     print(HEADER)
-    ppo_ent = args.ppo_ent_coefs[0]
+    ppo_ent = args.ppo_ent_coefs[0] if len(args.ppo_ent_coefs) == 1 else None  # None until tuned
     if "ppo" in args.agents and len(args.ppo_ent_coefs) > 1:  # tune on the smallest size: most seeds solved, then
         tuning = [run(min(args.sizes), "ppo", e, args) for e in args.ppo_ent_coefs]  # fewest episodes
         for r in tuning:
