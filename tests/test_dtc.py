@@ -138,6 +138,11 @@ def test_clean_novelty_is_disagreement_minus_mean_variance_floored_at_zero():
     # --dtc-aleatoric-weight 0: plain disagreement (1.0 and 0.0 over the dims); 0.5: 1 - 0.25 and 0 - 0.1 -> 0
     np.testing.assert_allclose(rssm.clean_novelty(means, variances, aleatoric_weight=0.0), [0.5], rtol=1e-6)
     np.testing.assert_allclose(rssm.clean_novelty(means, variances, aleatoric_weight=0.5), [0.375], rtol=1e-6)
+    # surprise: members' mean squared error against the outcome (0, 2 -> 2.0 on dim 0; 0, 0 -> 0 on dim 1) minus
+    # their mean variance (0.5, 0.2), floored: (1.5 + 0) / 2
+    target = jnp.array([[0.0, 1.0]])
+    np.testing.assert_allclose(rssm.clean_surprise(means, variances, target), [0.75], rtol=1e-6)
+    np.testing.assert_allclose(rssm.clean_surprise(means, variances, target, aleatoric_weight=0.0), [1.0], rtol=1e-6)
 
 
 def test_replay_wraps_and_sampling_is_stratified():

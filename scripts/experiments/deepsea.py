@@ -89,6 +89,7 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          hidden_dim=args.hidden_dim, num_layers=2, num_minibatches=args.num_minibatches,
                          update_epochs=args.update_epochs,
                          dtc_intrinsic_coef=args.intrinsic_coef, dtc_aleatoric_weight=args.aleatoric_weight,
+                         dtc_novelty_signal=args.novelty_signal,
                          dtc_seq_len=args.seq_len,
                          dtc_replay_ratio=args.replay_ratio, dtc_replay_capacity=args.replay_capacity,
                          dtc_frontier_window=args.replay_capacity // 4, dtc_ensemble_size=args.ensemble_size,
@@ -124,9 +125,9 @@ def run(size: int, agent: str, ent_coef: float, args) -> dict:
 
 def label(agent: str, args) -> str:
     """The agent's name in tables and plots: the DTC family's novelty variant is part of it."""
-    if agent in ("dtc", "disagreement") and args.aleatoric_weight != 1.0:
-        return f"{agent} (aleatoric {args.aleatoric_weight:g})"
-    return agent
+    variant = ([] if args.novelty_signal == "disagreement" else [args.novelty_signal]) + \
+        ([] if args.aleatoric_weight == 1.0 else [f"aleatoric {args.aleatoric_weight:g}"])
+    return f"{agent} ({', '.join(variant)})" if agent in ("dtc", "disagreement") and variant else agent
 
 
 def spearman(x, y) -> float:
@@ -266,6 +267,8 @@ def main():
     p.add_argument("--intrinsic-coef", type=float, default=0.05, help="DTC / disagreement bonus weight")
     p.add_argument("--aleatoric-weight", type=float, default=1.0,
                    help="DTC / disagreement novelty: disagreement minus this x the members' variance (0: plain)")
+    p.add_argument("--novelty-signal", choices=("disagreement", "surprise"), default="disagreement",
+                   help="DTC / disagreement novelty: the members' disagreement, or their error against the outcome")
     p.add_argument("--rnd-coef", type=float, default=0.05)
     p.add_argument("--count-coef", type=float, default=0.05)
     p.add_argument("--seq-len", type=int, default=8)

@@ -102,7 +102,8 @@ def make_world_model(config, spec):
         # before it trained on that transition, so a state's first visit pays more than its tenth.
         first = jnp.concatenate([state.first[None], done[:-1]], 0)
         novelty, h_last, parts = ensemble_novelty(model, state.params, batch["obs"], batch["action"], first,
-                                                  state.h, key_nov, config.stages.dtc.aleatoric_weight)
+                                                  state.h, key_nov, config.stages.dtc.aleatoric_weight,
+                                                  config.stages.dtc.novelty_signal, batch["next_obs"])
         fresh = {"obs": batch["obs"], "next_obs": batch["next_obs"], "action": batch["action"],
                  "reward": batch["reward"], "terminated": batch["terminated"], "done": done}
         replay = rp.replay_add(state.replay, rp.to_sequences(fresh, seq_len))
@@ -132,9 +133,11 @@ def make_world_model(config, spec):
     return model, init, train
 
 
-def ensemble_novelty(model, params, obs, action, first, h0, key, aleatoric_weight=1.0):
-    """Clean novelty of every transition [T, N] (rssm.clean_novelty), the members' final filter states
-    [K, N, deter] and the mean disagreement and aleatoric variance (metrics)."""
+def ensemble_novelty(model, params, obs, action, first, h0, key, aleatoric_weight=1.0, signal="disagreement",
+                     next_obs=None):
+    """Clean novelty of every transition [T, N] (rssm.clean_novelty, or rssm.clean_surprise against `next_obs`
+    for signal "surprise"), the members' final filter states [K, N, deter] and the mean disagreement and aleatoric
+    variance (metrics)."""
     k = h0.shape[0]
 
     def member(p, h, key):
@@ -144,6 +147,8 @@ def ensemble_novelty(model, params, obs, action, first, h0, key, aleatoric_weigh
 
     means, variances, h_last = jax.vmap(member)(params, h0, jax.random.split(key, k))
     parts = {"dtc/disagreement": jnp.mean(jnp.var(means, axis=0)), "dtc/aleatoric": jnp.mean(variances)}
+    if signal == "surprise":
+        return rssm.clean_surprise(means, variances, rssm.symlog(next_obs), aleatoric_weight), h_last, parts
     return rssm.clean_novelty(means, variances, aleatoric_weight=aleatoric_weight), h_last, parts
 
 

@@ -7,6 +7,7 @@ sequences, wm batch 64. No jax here: the command line loads this module (hephaes
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from hephaestus.stage_options import ConfigError, register_options, require_positive
 
@@ -56,9 +57,12 @@ class DTCOptions:
     """share of replay draws from the most recent window"""
     frontier_window: int = 512
     """sequences in the recent window"""
+    novelty_signal: Literal["disagreement", "surprise"] = "disagreement"
+    """disagreement: variance of the members' predicted next observations (no outcome needed, the design's);
+    surprise: the members' mean squared error against the observed next observation (score before learning)"""
     aleatoric_weight: float = 1.0
-    """weight of the members' own predicted variance subtracted from their disagreement in novelty: 1 = clean
-    novelty (the design's); 0 = plain ensemble disagreement (Plan2Explore)"""
+    """weight of the members' own predicted variance subtracted from the novelty signal: 1 = "clean" novelty (the
+    design's); 0 = the plain signal (for disagreement: Plan2Explore's)"""
     intrinsic_coef: float = field(default=0.05, metadata={"flag": "--intrinsic-coef"})
     """intrinsic reward weight: reward += coef x (novelty + competence term)"""
     competence_coef: float = 1.0

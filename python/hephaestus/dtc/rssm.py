@@ -285,6 +285,17 @@ def clean_novelty(means, variances, reduce: str = "mean", aleatoric_weight: floa
     return jnp.mean(per_dim, -1) if reduce == "mean" else jnp.sum(per_dim, -1)
 
 
+def clean_surprise(means, variances, target, aleatoric_weight: float = 1.0):
+    """Ensemble "clean surprise" per transition: per dimension, the members' mean squared error of their predicted
+    means against the observed `target` minus `aleatoric_weight` x their mean predicted variance, floored at 0;
+    then the mean over dimensions. Epistemic error plus noise, less the noise the members expect: unlike
+    disagreement it needs the outcome, and it is high wherever the members have not yet fitted the transition.
+    means/variances: [K, ..., D], target: [..., D] (symlog space) -> [...] float32."""
+    error = jnp.mean((target.astype(jnp.float32) - means.astype(jnp.float32)) ** 2, axis=0)
+    aleatoric = jnp.mean(variances.astype(jnp.float32), axis=0)
+    return jnp.mean(jnp.maximum(error - aleatoric_weight * aleatoric, 0.0), -1)
+
+
 def init_ensemble(model: RSSM, key, k: int):
     """Stacked parameters with a leading ensemble axis of length k (each member its own init key), made one member
     at a time (`lax.map`): a vmapped orthogonal initialiser is a batched LAPACK QR, which can deadlock XLA's CPU
