@@ -99,12 +99,28 @@ def test_tiny_sweep_vmaps_its_points_and_each_agent_is_the_single_run(tmp_path, 
 
 def test_bad_sweep_input_is_one_line(capsys):
     for argv, needle in ((["--out", "x"], "give --grid"), (["--grid", "gamma=2", "--out", "x"], "--gamma must be"),
-                         (["--grid", "lr=1e-3", "--seeds", "0", "--out", "x"], "--seeds must be positive")):
+                         (["--grid", "lr=1e-3", "--seeds", "0", "--out", "x"], "--seeds must be positive"),
+                         (["--grid", "env.max_step_in_episode=10,20", "--out", "x"],
+                          "no parameter 'max_step_in_episode' (did you mean max_steps_in_episode"),
+                         (["--grid", "env-params=a=1", "--out", "x"], "sweep one env parameter as env.NAME")):
         with pytest.raises(SystemExit) as exit_:
             sw.main(["--env", "gymnax:CartPole-v1", *argv])
         assert exit_.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0], err
+
+
+def test_env_parameters_are_swept_as_env_dot_name_each_value_its_own_program():
+    points = sw.expand_grid(sw.parse_grid(["env.curriculum_share=0,0.5", "ent-coef=0.03,0.1"]))
+    assert points[1] == {"env.curriculum_share": 0, "ent_coef": 0.1}
+    groups = sw.group_points(points)  # env parameters are static: one program per value, ent-coef vmapped
+    assert [g.static for g in groups] == [{"env.curriculum_share": 0}, {"env.curriculum_share": 0.5}]
+    base = TrainConfig().replace(env_params=("distance_coef=0", "curriculum_share=0.25"))
+    config = sw.point_config(base, points[3])
+    assert config.env.env_params == ("distance_coef=0", "curriculum_share=0.5") and config.ppo.ent_coef == 0.1
+    sw.check_env_params(base, points)  # builds hackmatrix with each set: no error
+    with pytest.raises(sw.SweepError, match="curriculum_share must be in"):
+        sw.check_env_params(base, [{"env.curriculum_share": 2}])
 
 
 def test_checkpoint_from_before_the_hyperparameters_were_data_resumes_exactly(tmp_path):

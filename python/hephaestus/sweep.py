@@ -53,12 +53,32 @@ def parse_value(text: str):
     return int(number) if number == int(number) and not any(c in low for c in ".e") else number
 
 
+# A grid or space name `env.NAME` sweeps the env parameter NAME (--env-params NAME=V): e.g.
+# `--grid env.curriculum_share=0,0.5`. Each value is its own program (the env is part of the compiled program).
+ENV_PARAM_PREFIX = "env."
+
+
 def field_name(name: str) -> str:
-    """"ent-coef" or "ent_coef" -> "ent_coef", checked against the config's options."""
+    """"ent-coef" or "ent_coef" -> "ent_coef", checked against the config's options; "env.NAME" stays as it is
+    (an env parameter, checked against the env when the sweep starts)."""
+    if name.strip().startswith(ENV_PARAM_PREFIX) and len(name.strip()) > len(ENV_PARAM_PREFIX):
+        return name.strip()
     clean = name.strip().lstrip("-").replace("-", "_")
+    if clean == "env_params":
+        raise SweepError(f"cannot sweep {name!r} as a whole: sweep one env parameter as env.NAME=V1,V2")
     if clean not in options() or clean in ("seed", "num_seeds", "run_name", "resume"):
         raise SweepError(f"cannot sweep {name!r}: not a training hyperparameter")
     return clean
+
+
+def point_config(base: TrainConfig, point: dict) -> TrainConfig:
+    """`base` with a point's options; its env.NAME values replace or join base's --env-params."""
+    env = {k[len(ENV_PARAM_PREFIX):]: v for k, v in point.items() if k.startswith(ENV_PARAM_PREFIX)}
+    config = base.replace(**{k: v for k, v in point.items() if not k.startswith(ENV_PARAM_PREFIX)})
+    if env:
+        kept = tuple(item for item in base.env.env_params if item.partition("=")[0].strip() not in env)
+        config = config.replace(env_params=kept + tuple(f"{k}={v}" for k, v in env.items()))
+    return config
 
 
 def parse_grid(items: list[str]) -> dict:
@@ -149,7 +169,7 @@ def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message
     from hephaestus.watchdog import StartupWatchdog
 
     agents = len(group.points) * seeds
-    config, _ = resolve(base.replace(**group.static, num_seeds=agents, run_name=group.name))
+    config, _ = resolve(point_config(base, group.static).replace(num_seeds=agents, run_name=group.name))
     for point in group.points:  # every point's values must be valid on their own (one-line errors)
         resolve(config.replace(**split_point(point)[1], num_seeds=1))
     # As in a training run: set-up, first compile or first chunk with no CPU progress for --startup-timeout
@@ -290,7 +310,8 @@ def build_parser():
                       epilog="Any training flag sets the base config, e.g. --env gymnax:CartPole-v1 --num-envs 4.")
     g = p.add_argument_group("sweep")
     g.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
-                   help="values of one hyperparameter (repeat for a product), e.g. --grid ent-coef=0.01,0.03")
+                   help="values of one hyperparameter (repeat for a product), e.g. --grid ent-coef=0.01,0.03; "
+                        "env.NAME sweeps an env parameter, e.g. --grid env.curriculum_share=0,0.5")
     g.add_argument("--random", type=int, default=0, metavar="N", help="N random points from --space instead")
     g.add_argument("--space", action="append", default=[], metavar="NAME=LOW:HIGH[:log]",
                    help="range of one hyperparameter for --random, e.g. --space lr=1e-4:1e-3:log")
@@ -313,6 +334,17 @@ def points_from_args(args) -> list[dict]:
     return expand_grid(parse_grid(args.grid))
 
 
+def check_env_params(base: TrainConfig, points: list[dict]) -> None:
+    """Every distinct set of env parameters the points ask for builds its env (EnvParamError -> SweepError)."""
+    from hephaestus.envs.registry import UnknownEnvError, make_training_env
+
+    for env_params in dict.fromkeys(point_config(base, p).env.env_params for p in points):
+        try:
+            make_training_env(base.replace(env_params=env_params).env)
+        except UnknownEnvError as err:
+            raise SweepError(str(err)) from None
+
+
 def main(argv=None) -> int:
     from hephaestus.cli import config_from_args, fail
 
@@ -326,7 +358,8 @@ def main(argv=None) -> int:
         base = config_from_args(args).replace(wandb=False)  # unresolved: each point settles its own autos
         resolve(base)
         for point in points:  # every point valid before anything compiles
-            resolve(base.replace(**point))
+            resolve(point_config(base, point))
+        check_env_params(base, points)
     except (SweepError, ConfigError, TypeError) as err:
         fail(str(err))
     from hephaestus.compilation_cache import enable_compilation_cache
