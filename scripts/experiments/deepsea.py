@@ -115,9 +115,14 @@ def run(size: int, agent: str, ent_coef: float, args) -> dict:
     run_s = time.perf_counter() - t0
     stages = jax.device_get(final.stages)
     maps = np.asarray(stages["rollout"].env_state.action_mapping)[:, 0]  # [seeds, N, N]
+    # the bonus agents' signals over training (mean over seeds, at most 100 points): is novelty falling or rising?
+    keys = [k for k in metrics if k.startswith(("dtc/", "rnd/", "count/", "wm/")) and np.ndim(metrics[k]) == 2]
+    every = max(1, config.num_updates // 100)
+    curves = {k: np.asarray(metrics[k]).mean(0)[::every].round(6).tolist() for k in keys}
     return summarise(size, agent, np.asarray(metrics["probe/episodes"]), np.asarray(metrics["probe/treasures"]),
                      np.asarray(stages["deepsea_probe"]), np.asarray(stages["bonus_probe"]), maps,
                      {"compile_s": compile_s, "run_s": run_s, "ent_coef": ent_coef, "label": label(agent, args),
+                      "curves": curves, "curve_every": every,
                       "env_steps_per_seed": config.num_updates * config.batch_size,
                       "share": float(np.mean([np.mean(v) for k, v in metrics.items() if k.endswith("intrinsic_share")]
                                              or [0.0]))})
