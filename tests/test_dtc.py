@@ -335,8 +335,9 @@ def test_novelty_is_scored_before_the_model_learns_from_the_batch(chain_visits):
     config, model, first_state, batch, term, novelties, _ = chain_visits
     done = batch["terminated"]
     first = jnp.concatenate([first_state.first[None], done[:-1]], 0)
+    dtc = config.stages.dtc
     before, _, _ = ensemble_novelty(model, first_state.params, batch["obs"], batch["action"], first, first_state.h,
-                                    jax.random.PRNGKey(0))
+                                    jax.random.PRNGKey(0), dtc.aleatoric_weight, dtc.novelty_signal, batch["next_obs"])
     np.testing.assert_allclose(novelties[0], np.asarray(before), rtol=1e-5, atol=1e-7)
     # a transition's bonus the first time it is seen is higher than after 10 visits
     assert np.all(novelties[0] > novelties[10]), (novelties[0], novelties[10])

@@ -130,9 +130,8 @@ def run(size: int, agent: str, ent_coef: float, args) -> dict:
 
 def label(agent: str, args) -> str:
     """The agent's name in tables and plots: the DTC family's novelty variant is part of it."""
-    variant = ([] if args.novelty_signal == "disagreement" else [args.novelty_signal]) + \
-        ([] if args.aleatoric_weight == 1.0 else [f"aleatoric {args.aleatoric_weight:g}"])
-    return f"{agent} ({', '.join(variant)})" if agent in ("dtc", "disagreement") and variant else agent
+    variant = [args.novelty_signal] + ([] if args.aleatoric_weight == 1.0 else [f"aleatoric {args.aleatoric_weight:g}"])
+    return f"{agent} ({', '.join(variant)})" if agent in ("dtc", "disagreement") else agent
 
 
 def spearman(x, y) -> float:
@@ -272,7 +271,7 @@ def main():
     p.add_argument("--intrinsic-coef", type=float, default=0.05, help="DTC / disagreement bonus weight")
     p.add_argument("--aleatoric-weight", type=float, default=1.0,
                    help="DTC / disagreement novelty: disagreement minus this x the members' variance (0: plain)")
-    p.add_argument("--novelty-signal", choices=("disagreement", "surprise"), default="disagreement",
+    p.add_argument("--novelty-signal", choices=("disagreement", "surprise"), default="surprise",
                    help="DTC / disagreement novelty: the members' disagreement, or their error against the outcome")
     p.add_argument("--rnd-coef", type=float, default=0.05)
     p.add_argument("--count-coef", type=float, default=0.05)

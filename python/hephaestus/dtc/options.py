@@ -57,7 +57,7 @@ class DTCOptions:
     """share of replay draws from the most recent window"""
     frontier_window: int = 512
     """sequences in the recent window"""
-    novelty_signal: Literal["disagreement", "surprise"] = "disagreement"
+    novelty_signal: Literal["disagreement", "surprise"] = "surprise"
     """disagreement: variance of the members' predicted next observations (no outcome needed, the design's);
     surprise: the members' mean squared error against the observed next observation (score before learning)"""
     aleatoric_weight: float = 1.0
