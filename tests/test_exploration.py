@@ -109,7 +109,7 @@ def test_deepsea_experiment_quick_runs_end_to_end(tmp_path):
     assert (tmp_path / "ds.png").stat().st_size > 0 and "| 5 | count |" in (tmp_path / "ds.md").read_text()
     data = json.loads((tmp_path / "ds.json").read_text())
     assert data["ppo_ent"] in (0.01, 0.1) and next(r for r in results if r["agent"] == "disagreement")["label"] == \
-        "disagreement (surprise)"  # the DTC family's rows name their novelty signal
+        "dtc, competence off (surprise)"  # the DTC family's rows name their novelty signal
     # --merge: the rows of earlier runs in one table and plot, nothing trained
     merged = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "experiments", "deepsea.py"), "--merge",
                              str(out) + ".json", str(out) + ".json", "--out", str(tmp_path / "merged")],

@@ -129,9 +129,12 @@ def run(size: int, agent: str, ent_coef: float, args) -> dict:
 
 
 def label(agent: str, args) -> str:
-    """The agent's name in tables and plots: the DTC family's novelty variant is part of it."""
+    """The agent's name in tables and plots: the DTC family's rows name their novelty signal; the disagreement
+    agent is DTC with competence off."""
+    if agent not in ("dtc", "disagreement"):
+        return agent
     variant = [args.novelty_signal] + ([] if args.aleatoric_weight == 1.0 else [f"aleatoric {args.aleatoric_weight:g}"])
-    return f"{agent} ({', '.join(variant)})" if agent in ("dtc", "disagreement") else agent
+    return f"{'dtc' if agent == 'dtc' else 'dtc, competence off'} ({', '.join(variant)})"
 
 
 def spearman(x, y) -> float:
