@@ -211,15 +211,16 @@ def plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, (ax_solved, ax) = plt.subplots(1, 2, figsize=(11, 4.2))
     sizes = sorted({r["size"] for r in results})
     budget = max(r["episodes"] for r in results)
     for name in dict.fromkeys(r.get("label", r["agent"]) for r in results):  # in order of appearance
         rs = sorted((r for r in results if r.get("label", r["agent"]) == name), key=lambda r: r["size"])
-        xs, meds, los, his = [], [], [], []
+        xs, meds, los, his, solved = [], [], [], [], []
         for r in rs:
             eps = np.array([s["solved_episode"] if s["solved_episode"] is not None else np.inf for s in r["seeds"]])
             xs.append(r["size"])
+            solved.append(np.mean(np.isfinite(eps)))
             with np.errstate(invalid="ignore"):  # inf - inf between two unsolved seeds: nan, drawn as missing
                 meds.append(np.median(eps))
                 los.append(np.percentile(eps, 25))
@@ -228,12 +229,16 @@ def plot(results, path):
         line, = ax.plot(xs, meds, "o-", label=name)
         ax.fill_between(xs, np.where(np.isfinite(los), los, np.nan), np.where(np.isfinite(his), his, budget),
                         color=line.get_color(), alpha=0.12)
-    ax.plot(sizes, [2.0 ** n + FORGIVENESS for n in sizes], "k--", label="2^N + 100 (bsuite's dithering bar)")
+        ax_solved.plot(xs, solved, "o-", color=line.get_color(), label=name)
+    bar, = ax.plot(sizes, [2.0 ** n + FORGIVENESS for n in sizes], "k--", label="2^N + 100 (bsuite's dithering bar)")
+    ax.legend(handles=[bar], fontsize=7, loc="lower right")
     ax.axhline(budget, color="grey", lw=0.8)
     ax.set(xlabel="DeepSea size N", ylabel="episodes to solve (median over seeds; band: IQR)", yscale="log",
            ylim=(10, budget * 3))
-    ax.legend(fontsize=7)
     ax.set_title("missing points: median seed did not solve within the budget", fontsize=8)
+    ax_solved.set(xlabel="DeepSea size N", ylabel="share of seeds solved", ylim=(-0.03, 1.03))
+    ax_solved.legend(fontsize=7)
+    ax_solved.set_title(f"solved within {budget:,} episodes (bsuite: bad-episode share < 0.9)", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
