@@ -98,7 +98,7 @@ def test_env_params_change_the_training_env_and_evaluations_play_the_defaults():
                                               total_timesteps=4 * 32, env_params=("max_steps_in_episode=12",)))
     trainer = make_train(config)
     assert trainer.env.raw_params.max_steps_in_episode == 12
-    assert trainer.evaluation_env.raw_params.max_steps_in_episode == 500
+    assert trainer.eval_env.raw_params.max_steps_in_episode == 500
     _, metrics = trainer.train_chunk(trainer.runner_state, 1)
     # training episodes end at the overridden limit: every env finishes at least two in 32 steps
     assert float(metrics["mean_episode_length"][0]) <= 12 and float(metrics["num_episodes"][0]) >= 8

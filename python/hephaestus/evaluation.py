@@ -228,7 +228,7 @@ def final_evaluation(trainer, runner_state, run_dir: str, message=print,
     update = int(jax.device_get(runner_state.update_step))
     t0 = time.perf_counter()
     # in batches of --eval-episodes: the periodic evaluation's compiled program serves this one too
-    evaluator = Evaluator(trainer.evaluation_env, trainer.network, log.final_eval_episodes, log.eval_max_steps,
+    evaluator = Evaluator(trainer.eval_env, trainer.network, log.final_eval_episodes, log.eval_max_steps,
                           log.eval_sampled, batch=min(log.eval_episodes, log.final_eval_episodes),
                           num_seeds=num_seeds)
     metrics, raw = evaluator(runner_state.train_state.params,

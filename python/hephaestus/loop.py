@@ -112,7 +112,7 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
     eval_every = config.logging.eval_every
     if eval_every:
         from hephaestus.evaluation import Evaluator
-        evaluator = Evaluator(trainer.evaluation_env, trainer.network, config.logging.eval_episodes,
+        evaluator = Evaluator(trainer.eval_env, trainer.network, config.logging.eval_episodes,
                               config.logging.eval_max_steps, config.logging.eval_sampled, num_seeds=num_seeds)
 
     if startup is not None:

@@ -312,7 +312,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     mesh = mesh_for(config)
     num_envs, num_seeds = config.env.num_envs, config.run.num_seeds
     env = env or make_training_env(config.env)
-    eval_env = make_env(config.env.name) if config.env.env_params else None  # evaluations play the defaults
+    eval_env = make_env(config.env.name) if config.env.env_params else env  # evaluations play the defaults
     config, spec = resolve_for_env(config, env.spec), env.spec  # settles the encoder and observation storage
     network = nets.make_network(spec, config)  # raises ConfigError for --encoder cells on an env without cells
     extras = extra_stages(StageContext(config=config, env_spec=spec, network=network))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hephaestus.config import DATA_HYPERPARAMETERS, ConfigError, TrainConfig, options, resolve
+from hephaestus.config import DATA_HYPERPARAMETERS, ConfigError, TrainConfig, options, parse_untyped, resolve
 
 # The final training metrics the results report (mean and std over seeds), plus every eval/ and episode/ key a run
 # writes; the final evaluation's keys (EVAL_PREFIXES) come first. results.csv has them all; results.md only
@@ -39,18 +39,6 @@ class SweepError(ValueError):
 
 # ---------------------------------------------------------------------------------------------------------
 # The search space
-
-
-def parse_value(text: str):
-    """"0.01" -> 0.01, "64" -> 64, "1e-3" -> 0.001, "relu" -> "relu", "true" -> True."""
-    low = text.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        number = float(text)
-    except ValueError:
-        return text.strip()
-    return int(number) if number == int(number) and not any(c in low for c in ".e") else number
 
 
 # A grid or space name `env.NAME` sweeps the env parameter NAME (--env-params NAME=V): e.g.
@@ -88,7 +76,7 @@ def parse_grid(items: list[str]) -> dict:
         name, sep, values = item.partition("=")
         if not sep or not values.strip():
             raise SweepError(f"--grid {item!r}: expected NAME=V1,V2,...")
-        grid[field_name(name)] = [parse_value(v) for v in values.split(",") if v.strip()]
+        grid[field_name(name)] = [parse_untyped(v) for v in values.split(",") if v.strip()]
     return grid
 
 

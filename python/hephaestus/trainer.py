@@ -27,16 +27,14 @@ class Trainer:
     context: Any = None  # the ppo.PPOContext the stage functions were built with
     runner_state: RunnerState | None = None  # the fresh state of the run's agents (config.run.seed) unless given
     # The env evaluations play: the env's defaults, where --env-params changed the training env (a curriculum, a
-    # reward coefficient), so that runs with different env parameters are scored on the same game. None = `env`.
+    # reward coefficient), so that runs with different env parameters are scored on the same game; else `env`.
     eval_env: AdaptedEnv | None = None
 
     def __post_init__(self):
+        if self.eval_env is None:
+            self.eval_env = self.env
         if self.runner_state is None:
             self.runner_state = self.init_runner_state(self.config.run.seed)
-
-    @property
-    def evaluation_env(self) -> AdaptedEnv:
-        return self.env if self.eval_env is None else self.eval_env
 
     @property
     def mesh(self):  # jax.sharding.Mesh over the `data` axis, or None with one device (distributed.py)

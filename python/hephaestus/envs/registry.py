@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
+from hephaestus.config import number_text, parse_untyped
 from hephaestus.envs.adapters import AdaptedEnv, adapt_deepsea, adapt_gymnax, adapt_jumanji
 
 
@@ -42,19 +43,15 @@ def _read_value(env: str, name: str, text, default):
     """``text`` as the type of ``default`` (bool, int or float); values that are already not text pass through."""
     if not isinstance(text, str):
         return text
-    kind = "a bool (0/1/true/false)" if isinstance(default, bool) else "an int" if isinstance(default, int) \
-        else "a number"
-    try:
-        if isinstance(default, bool):
-            return {"1": True, "true": True, "0": False, "false": False}[text.lower()]
-        if isinstance(default, int):
-            value = float(text)
-            if value != int(value):
-                raise ValueError
-            return int(value)
-        return float(text)
-    except (KeyError, ValueError):
-        raise EnvParamError(f"{env} parameter {name} is {text!r}, expected {kind}") from None
+    if isinstance(default, bool):
+        value = {"1": True, "true": True, "0": False, "false": False}.get(text.lower())
+        kind = "a bool (0/1/true/false)"
+    else:  # read as the config's own int and float options are (config.number_text)
+        value = number_text(text, whole=isinstance(default, int))
+        kind = "an int" if isinstance(default, int) else "a number"
+    if value is None or isinstance(value, str):
+        raise EnvParamError(f"{env} parameter {name} is {text!r}, expected {kind}")
+    return value
 
 
 def with_params(env: str, params, overrides: dict):
@@ -73,17 +70,6 @@ def with_params(env: str, params, overrides: dict):
 def make_training_env(env_config) -> AdaptedEnv:
     """The env a run trains on: ``--env`` with ``--env-params`` (config.EnvConfig)."""
     return make_env(env_config.name, **parse_env_params(env_config.env_params))
-
-
-def _number_or_text(text):
-    """jumanji's keyword arguments have no declared types: whole numbers as int, other numbers as float."""
-    if not isinstance(text, str):
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        return text
-    return int(value) if value == int(value) and "." not in text and "e" not in text.lower() else value
 
 
 def make_env(name: str, **param_overrides) -> AdaptedEnv:
@@ -123,7 +109,8 @@ def make_env(name: str, **param_overrides) -> AdaptedEnv:
         known = jumanji.registered_environments()
         if env_id not in known:
             raise UnknownEnvError(f"unknown jumanji env {env_id!r}{_suggest(env_id, known)}")
-        kwargs = {k: _number_or_text(v) for k, v in param_overrides.items()}
+        # jumanji's keyword arguments declare no types
+        kwargs = {k: parse_untyped(v) if isinstance(v, str) else v for k, v in param_overrides.items()}
         try:
             return adapt_jumanji(jumanji.make(env_id, **kwargs), name)
         except TypeError as err:
