@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from hephaestus.dtc.options import DTC_STAGES
+from hephaestus.dtc.options import DREAMER_STAGES, DTC_STAGES
 from hephaestus.stage_options import ConfigError, families
 
 __all__ = ["ConfigError", "TrainConfig", "resolve", "validate", "DTC_STAGES"]
@@ -73,10 +73,14 @@ DATA_HYPERPARAMETERS = ("lr", "gamma", "gae_lambda", "clip_eps", "vf_coef", "ent
 
 # --agent NAME -> (extra stages, flat config changes). ppo: none. dtc: world-model ensemble + dual-timescale
 # intrinsic reward. disagreement: the same with competence off (plain ensemble disagreement). rnd: Random Network
-# Distillation. count: tabular count bonus (the oracle on small discrete envs).
+# Distillation. count: tabular count bonus (the oracle on small discrete envs). dreamer: actor-critic in the
+# imagination of a one-member world model, in place of GAE and PPO (dtc/dreamer.py). dreamer-dtc: the same with a
+# 5-member ensemble whose disagreement on imagined states, gained by competence, joins the imagined reward.
 AGENTS = {"ppo": ((), {}), "dtc": (DTC_STAGES, {}), "disagreement": (DTC_STAGES, {"dtc_competence_coef": 0.0}),
-          "rnd": (("rnd",), {}), "count": (("count_bonus",), {})}
-OBS_READING_STAGES = DTC_STAGES + ("rnd", "count_bonus")
+          "rnd": (("rnd",), {}), "count": (("count_bonus",), {}),
+          "dreamer": (DREAMER_STAGES, {"dtc_ensemble_size": 1, "dreamer_novelty_coef": 0.0}),
+          "dreamer-dtc": (DREAMER_STAGES, {"dreamer_novelty_coef": 1.0})}
+OBS_READING_STAGES = DTC_STAGES + DREAMER_STAGES + ("rnd", "count_bonus")
 
 
 def env_defaults(env: str) -> dict:
@@ -601,7 +605,7 @@ def resolve_obs_dtype(config: TrainConfig, spec) -> str:
             raise ConfigError(f"--obs-dtype uint8 needs an env that declares obs_quanta; {config.env.name} does not "
                               "(use float32 or bfloat16)")
         if reads_obs:
-            raise ConfigError("--obs-dtype uint8 cannot be used with --agent dtc, disagreement, rnd or count (they "
+            raise ConfigError("--obs-dtype uint8 cannot be used with --agent dtc, disagreement, rnd, count or the dreamers (they "
                               "read float observations); use float32 or bfloat16")
     if obs_dtype != "auto":
         return obs_dtype

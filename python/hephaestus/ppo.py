@@ -265,8 +265,6 @@ def ppo_update_apply(ctx: PPOContext, key, train_state, batch, state, hyper=None
 # ---------------------------------------------------------------------------------------------
 # One update threads a batch through the stages; a chunk scans `log_interval` of them.
 
-HYPER_STAGES = ("advantage", "ppo_update")  # core stages whose apply takes the agent's data hyperparameters
-
 
 def one_update(ctx: PPOContext, pipeline: list[Stage], runner: RunnerState, _=None):
     key, *stage_keys = jax.random.split(runner.key, len(pipeline) + 1)
@@ -276,7 +274,7 @@ def one_update(ctx: PPOContext, pipeline: list[Stage], runner: RunnerState, _=No
     train_state = with_optimizer_hyperparams(runner.train_state, lr, hyper["max_grad_norm"])
     batch, stage_states, metrics = None, dict(runner.stages), {"learning_rate": lr}
     for stage, stage_key in zip(pipeline, stage_keys):
-        data = {"hyper": hyper} if stage.name in HYPER_STAGES else {}
+        data = {"hyper": hyper} if stage.takes_hyper else {}
         train_state, batch, stage_states[stage.name], stage_metrics = stage.apply(
             stage_key, train_state, batch, stage_states[stage.name], **data)
         batch = ctx.shard.constrain_batch(batch)  # keep every stage's output split over envs
@@ -336,8 +334,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
         store_next_obs=any("next_obs" in stage.reads for stage in extras))
     core = {"rollout": Stage("rollout", partial(rollout_apply, ctx), partial(rollout_init, ctx),
                              partition=ROLLOUT_PARTITION),
-            "advantage": Stage("advantage", partial(advantage_apply, ctx)),
-            "ppo_update": Stage("ppo_update", partial(ppo_update_apply, ctx))}
+            "advantage": Stage("advantage", partial(advantage_apply, ctx), takes_hyper=True),
+            "ppo_update": Stage("ppo_update", partial(ppo_update_apply, ctx), takes_hyper=True)}
     pipeline = build_pipeline(core, extras)
     compiled_chunk = jax.jit(partial(chunk, ctx, pipeline), donate_argnums=0)
 

@@ -129,8 +129,9 @@ class ConsoleSink:
     def write(self, r: dict) -> None:
         line = (f"[{r['env_steps']:>12,}/{r['total_env_steps']:,}] {format_count(r['steps_per_second'])} steps/s "
                 f"ETA {format_duration(r['eta_seconds'])} | return {spread(r, 'mean_episode_return', 2)} "
-                f"len {spread(r, 'mean_episode_length', 1)} | ent {r['entropy']:.3f} kl {r['approx_kl']:.4f} "
-                f"clip {r['clip_frac']:.3f}")
+                f"len {spread(r, 'mean_episode_length', 1)} | ent {r['entropy']:.3f}")
+        if "approx_kl" in r:  # PPO's (the dreamer has no ratio to clip)
+            line += f" kl {r['approx_kl']:.4f} clip {r['clip_frac']:.3f}"
         for prefix in ("episode/", "eval/"):
             shown = [f"{k} {r[prefix + k]:.2f}" for k in self.headline if prefix + k in r]
             if prefix == "eval/" and "eval/return_mean" in r:

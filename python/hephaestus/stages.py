@@ -3,6 +3,9 @@
     rollout -> [extra stages after "rollout"] -> advantage -> [extra stages after "advantage"] -> ppo_update
             -> [extra stages after "ppo_update"]
 
+An extra stage may take the place of core stages (`Stage.replaces`): the dreamer (dtc/dreamer.py) replaces
+`advantage` and `ppo_update`, so `--agent dreamer` is rollout -> dreamer.
+
 Every stage has the same shape:
 
     Stage.init(key)                                  -> stage_state   (any pytree, may be None)
@@ -68,6 +71,10 @@ class Stage:
     after: str = "rollout"  # which core stage this one follows (for extra stages)
     reads: tuple[str, ...] = ()  # optional batch keys this stage needs the rollout to store (e.g. "next_obs")
     partition: Any = REPLICATED  # pytree prefix of the stage state: ENVS or REPLICATED per leaf (see above)
+    # Core stages this one takes the place of (an agent that learns differently, e.g. the dreamer replaces
+    # "advantage" and "ppo_update"); it then runs where the first of them would have.
+    replaces: tuple[str, ...] = ()
+    takes_hyper: bool = False  # apply(..., hyper=) gets the agent's data hyperparameters (RunnerState.hyper)
 
 
 @dataclass(frozen=True)
@@ -102,7 +109,7 @@ def _load_builtin_stages():
     # without the PPO module knowing about any of them.
     import importlib
 
-    for module in ("hephaestus.dtc.agent", "hephaestus.bonus", "hephaestus.normalization"):
+    for module in ("hephaestus.dtc.agent", "hephaestus.dtc.dreamer", "hephaestus.bonus", "hephaestus.normalization"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:
@@ -134,10 +141,20 @@ def extra_stages(ctx: StageContext) -> list[Stage]:
 
 
 def build_pipeline(core: dict[str, Stage], extras: list[Stage]) -> list[Stage]:
-    """Order the core stages and the extra stages into one list."""
+    """Order the core stages and the extra stages into one list, leaving out the core stages an extra stage
+    replaces. The rollout cannot be replaced, and no stage may follow a replaced one."""
+    replaced = {name: s.name for s in extras for name in s.replaces}
+    for name, by in replaced.items():
+        if name not in CORE_STAGES or name == "rollout":
+            raise ValueError(f"stage {by!r} cannot replace {name!r}; it may replace "
+                             f"{', '.join(n for n in CORE_STAGES if n != 'rollout')}")
+    for s in extras:
+        if s.after in replaced:
+            raise ValueError(f"stage {s.name!r} follows {s.after!r}, which stage {replaced[s.after]!r} replaces")
     pipeline = []
     for core_name in CORE_STAGES:
-        pipeline.append(core[core_name])
+        if core_name not in replaced:
+            pipeline.append(core[core_name])
         pipeline.extend(s for s in extras if s.after == core_name)
     return pipeline
 

@@ -57,8 +57,11 @@ def make_wm_optimizer(config):
     return optax.chain(optax.clip_by_global_norm(config.stages.dtc.wm_grad_clip), optax.adam(config.stages.dtc.wm_lr, eps=1e-8))
 
 
-def make_world_model(config, spec):
-    """(model, init(key) -> WorldModelState, train(key, state, batch) -> (state, novelty[T,N], metrics))."""
+def make_world_model(config, spec, score: bool = True):
+    """(model, init(key) -> WorldModelState, train(key, state, batch) -> (state, novelty[T,N], metrics)).
+    `score=False` (the dreamer, which needs no novelty of real transitions) skips filtering the fresh rollout:
+    novelty is then zeros and the filter state `h` is left as it is. `train.sample(key, replay, B)` draws B replayed
+    sequences [L, B] (with `first` flags) as the gradient steps do (B = --dtc-wm-batch)."""
     sizes = sizes_from(config, spec)
     model = rssm.RSSM(sizes)
     k, n, seq_len = config.stages.dtc.ensemble_size, config.env.num_envs, config.stages.dtc.seq_len
@@ -88,8 +91,8 @@ def make_world_model(config, spec):
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, stats
 
-    def sample(key, replay):
-        seq = rp.replay_sample(key, replay, config.stages.dtc.wm_batch, config.stages.dtc.frontier_fraction,
+    def sample(key, replay, batch_size=config.stages.dtc.wm_batch):
+        seq = rp.replay_sample(key, replay, batch_size, config.stages.dtc.frontier_fraction,
                                config.stages.dtc.frontier_window)
         # every replayed sequence starts from a zero state; episode starts inside it reset the state
         seq["first"] = jnp.concatenate([jnp.ones_like(seq["done"][:1]), seq["done"][:-1]], 0)
@@ -101,9 +104,12 @@ def make_world_model(config, spec):
         # Score before learning (as RND does): each fresh transition's novelty comes from the ensemble as it was
         # before it trained on that transition, so a state's first visit pays more than its tenth.
         first = jnp.concatenate([state.first[None], done[:-1]], 0)
-        novelty, h_last, parts = ensemble_novelty(model, state.params, batch["obs"], batch["action"], first,
-                                                  state.h, key_nov, config.stages.dtc.aleatoric_weight,
-                                                  config.stages.dtc.novelty_signal, batch["next_obs"])
+        if score:
+            novelty, h_last, parts = ensemble_novelty(model, state.params, batch["obs"], batch["action"], first,
+                                                      state.h, key_nov, config.stages.dtc.aleatoric_weight,
+                                                      config.stages.dtc.novelty_signal, batch["next_obs"])
+        else:
+            novelty, h_last, parts = jnp.zeros(done.shape, jnp.float32), state.h, {}
         fresh = {"obs": batch["obs"], "next_obs": batch["next_obs"], "action": batch["action"],
                  "reward": batch["reward"], "terminated": batch["terminated"], "done": done}
         replay = rp.replay_add(state.replay, rp.to_sequences(fresh, seq_len))
@@ -126,10 +132,13 @@ def make_world_model(config, spec):
             params, opt_state = state.params, state.opt_state
         metrics = jax.tree.map(jnp.mean, stats)
         metrics.update({**parts, "wm/replay_count": replay.count.astype(jnp.float32),
-                        "wm/steps": jnp.float32(wm_steps), "dtc/novelty_raw": jnp.mean(novelty)})
+                        "wm/steps": jnp.float32(wm_steps)})
+        if score:
+            metrics["dtc/novelty_raw"] = jnp.mean(novelty)
         state = WorldModelState(params=params, opt_state=opt_state, replay=replay, h=h_last, first=done[-1])
         return state, novelty, metrics
 
+    train.sample = sample
     return model, init, train
 
 

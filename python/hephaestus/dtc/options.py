@@ -13,6 +13,9 @@ from hephaestus.stage_options import ConfigError, register_options, require_posi
 
 # The stages `--agent dtc` inserts after the rollout, in this order (python/hephaestus/dtc/agent.py).
 DTC_STAGES = ("world_model", "intrinsic_reward")
+# The stage `--agent dreamer` and `--agent dreamer-dtc` put after the rollout, in place of `advantage` and
+# `ppo_update` (python/hephaestus/dtc/dreamer.py). It trains a world model of DTCOptions (stages.dtc) itself.
+DREAMER_STAGES = ("dreamer",)
 
 
 @register_options("dtc")
@@ -90,7 +93,7 @@ class DTCOptions:
         return max(1, round(self.replay_ratio * batch_size / (self.wm_batch * self.seq_len)))
 
     def validate(self, config) -> None:
-        if not any(name in DTC_STAGES for name in config.extra_stages):
+        if not any(name in DTC_STAGES + DREAMER_STAGES for name in config.extra_stages):
             return
         require_positive(self, "dtc", "ensemble_size", "deter_dim", "stoch_groups", "stoch_classes", "hidden_dim",
                          "wm_batch", "seq_len", "replay_capacity", "frontier_window")
@@ -105,3 +108,45 @@ class DTCOptions:
                               f"({per_rollout} sequences of {self.seq_len} steps)")
         if not 0.0 <= self.frontier_fraction <= 1.0:
             raise ConfigError(f"--dtc-frontier-fraction must be in [0, 1], got {self.frontier_fraction}")
+
+
+@register_options("dreamer")
+@dataclass(frozen=True)
+class DreamerOptions:
+    """The dreamer: actor-critic learning on the world model's imagined trajectories (specs/dtc.md, part 2). The
+    world model's own options are the DTC ones (--dtc-deter-dim, --dtc-replay-ratio, ...)."""
+
+    horizon: int = 15
+    """imagined steps per start state (DreamerV3: 15)"""
+    starts: int = 16
+    """replayed sequences per actor-critic step; every posterior state of them starts a dream (starts x seq-len)"""
+    ac_ratio: float = 1.0
+    """actor-critic gradient steps per world-model gradient step"""
+    entropy: float = 3e-4
+    """entropy regulariser on returns normalised to about [0, 1] (DreamerV3: 3e-4)"""
+    return_decay: float = 0.99
+    """EMA decay of the return scale (the 5th-95th percentile range of the lambda-returns)"""
+    slow_critic_decay: float = 0.98
+    """EMA decay of the slow critic (bootstraps the lambda-returns and regularises the critic)"""
+    slow_critic_reg: float = 1.0
+    """weight of the critic's regression towards the slow critic's values"""
+    novelty_coef: float = 0.0
+    """weight of the ensemble's disagreement on imagined states (Plan2Explore), normalised, in the imagined reward;
+    --agent dreamer-dtc sets it (with a competence gain as in part 1); needs --dtc-ensemble-size >= 2"""
+
+    def ac_steps(self, wm_steps: int) -> int:
+        """Actor-critic gradient steps per update: ac_ratio x world-model steps, rounded, at least 1."""
+        return max(1, round(self.ac_ratio * max(wm_steps, 1)))
+
+    def validate(self, config) -> None:
+        if not any(name in DREAMER_STAGES for name in config.extra_stages):
+            return
+        require_positive(self, "dreamer", "horizon", "starts", "ac_ratio")
+        for name in ("return_decay", "slow_critic_decay"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"--dreamer-{name.replace('_', '-')} must be in [0, 1), got {getattr(self, name)}")
+        if self.novelty_coef < 0 or self.entropy < 0 or self.slow_critic_reg < 0:
+            raise ConfigError("--dreamer-novelty-coef, --dreamer-entropy and --dreamer-slow-critic-reg must be >= 0")
+        if self.novelty_coef > 0 and config.stages.dtc.ensemble_size < 2:
+            raise ConfigError(f"--dreamer-novelty-coef {self.novelty_coef} needs an ensemble to disagree: "
+                              f"--dtc-ensemble-size >= 2, got {config.stages.dtc.ensemble_size}")

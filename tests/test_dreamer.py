@@ -1,0 +1,130 @@
+"""The dreamer (DTC part 2, dtc/dreamer.py): lambda-returns, the stop-gradient wall between the actor-critic and the
+world model, the stage list of --agent dreamer, its config checks, and exact resume. Sizes are tiny (2-core CI)."""
+
+import json
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hephaestus import networks as nets
+from hephaestus.config import ConfigError, TrainConfig, resolve
+from hephaestus.dtc import rssm
+from hephaestus.dtc.dreamer import actor_critic_loss, dream, imagine_from_replay, lambda_returns
+from hephaestus.dtc.options import DreamerOptions
+from hephaestus.export import load_params_npz
+from hephaestus.stages import Stage, build_pipeline
+from train_cli import main
+
+SIZES = rssm.RSSMSizes(obs_dim=3, action_dim=2, discrete=True, deter=16, groups=4, classes=4, hidden=32)
+HYPER = {"gamma": jnp.float32(0.9), "gae_lambda": jnp.float32(0.8), "vf_coef": jnp.float32(0.5)}
+TINY = ["--env", "gymnax:CartPole-v1", "--agent", "dreamer", "--num-envs", "4", "--num-steps", "16",
+        "--hidden-dim", "16", "--num-layers", "1", "--log-interval", "2", "--dtc-seq-len", "8", "--dtc-wm-batch", "4",
+        "--dtc-deter-dim", "16", "--dtc-hidden-dim", "16", "--dtc-stoch-groups", "2", "--dtc-stoch-classes", "4",
+        "--dtc-replay-capacity", "64", "--dreamer-starts", "4", "--dreamer-horizon", "5", "--no-wandb"]
+
+
+@pytest.fixture(scope="module")
+def parts():
+    model = rssm.RSSM(SIZES)
+    wm_params = rssm.init_ensemble(model, jax.random.PRNGKey(0), 2)
+    network = nets.ActorCritic(action_dim=2, discrete=True, hidden_dim=16, num_layers=1)
+    ac_params = network.init(jax.random.PRNGKey(1), jnp.zeros((1, 3)))
+    length, batch = 6, 3
+    seq = {"obs": jax.random.normal(jax.random.PRNGKey(2), (length, batch, 3)),
+           "action": jax.random.randint(jax.random.PRNGKey(3), (length, batch), 0, 2),
+           "first": jnp.zeros((length, batch), bool).at[0].set(True)}
+    return model, wm_params, network, ac_params, seq
+
+
+def test_lambda_returns_follow_the_recursion():
+    rng = np.random.default_rng(0)
+    h, s, gamma, lam = 5, 3, 0.9, 0.7
+    reward, cont, next_value = rng.normal(size=(h, s)), rng.uniform(size=(h, s)), rng.normal(size=(h, s))
+    expected = np.zeros((h, s))
+    tail = next_value[-1]
+    for t in reversed(range(h)):
+        tail = reward[t] + gamma * cont[t] * ((1 - lam) * next_value[t] + lam * tail)
+        expected[t] = tail
+    got = lambda_returns(jnp.asarray(reward, jnp.float32), jnp.asarray(cont, jnp.float32),
+                         jnp.asarray(next_value, jnp.float32), gamma, lam)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_dreams_need_no_observation_and_all_members_take_the_same_actions(parts):
+    model, wm_params, network, ac_params, seq = parts
+    traj, final_obs = imagine_from_replay(model, network, wm_params, ac_params, seq, jax.random.PRNGKey(4), 7, True)
+    starts = seq["obs"].shape[0] * seq["obs"].shape[1]
+    assert traj["obs"].shape == (7, starts, 3) and traj["action"].shape == (7, starts) and final_obs.shape == (starts, 3)
+    assert bool(jnp.all((traj["cont"] > 0) & (traj["cont"] < 1)))
+    assert float(jnp.mean(traj["novelty"])) > 0  # two members with different weights disagree
+    # A one-member dream of the same starts asks for no disagreement and gets none.
+    one = jax.tree.map(lambda x: x[:1], wm_params)
+    h = jnp.zeros((1, 4, SIZES.deter))
+    z = jax.nn.one_hot(jnp.zeros((1, 4, SIZES.groups), int), SIZES.classes).reshape(1, 4, -1)
+    traj1, _ = dream(model, one, network, ac_params, h, z, jax.random.PRNGKey(5), 3, False)
+    assert float(jnp.max(jnp.abs(traj1["novelty"]))) == 0.0
+
+
+def test_the_actor_critic_loss_sends_no_gradient_into_the_world_model(parts):
+    model, wm_params, network, ac_params, seq = parts
+    opts = DreamerOptions(entropy=1e-2)
+
+    def loss(ac, wm):
+        traj, final_obs = imagine_from_replay(model, network, wm, ac, seq, jax.random.PRNGKey(6), 5, False)
+        return actor_critic_loss(network, ac, ac, traj, final_obs, traj["reward"], jnp.float32(0.0), HYPER, opts)[0]
+
+    grad_ac, grad_wm = jax.grad(loss, argnums=(0, 1))(ac_params, wm_params)
+    assert all(float(jnp.max(jnp.abs(g))) == 0.0 for g in jax.tree.leaves(grad_wm))
+    actor_grads = jax.tree.leaves(grad_ac["params"]["actor"])
+    critic_grads = jax.tree.leaves(grad_ac["params"]["critic"])
+    assert max(float(jnp.max(jnp.abs(g))) for g in actor_grads) > 0
+    assert max(float(jnp.max(jnp.abs(g))) for g in critic_grads) > 0
+
+
+def test_agent_dreamer_replaces_advantage_and_the_ppo_update():
+    config, _ = resolve(TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer"))
+    assert config.extra_stages == ("dreamer",) and config.stages.dtc.ensemble_size == 1
+    both, _ = resolve(TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer-dtc"))
+    assert both.stages.dreamer.novelty_coef > 0 and both.stages.dtc.ensemble_size >= 2
+    with pytest.raises(ConfigError, match="--dtc-ensemble-size >= 2"):
+        resolve(TrainConfig().replace(env="gymnax:CartPole-v1", extra_stages=("dreamer",), dtc_ensemble_size=1,
+                                      dreamer_novelty_coef=0.5))
+    with pytest.raises(ConfigError, match="--dreamer-horizon must be positive"):
+        resolve(TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer", dreamer_horizon=0))
+    noop = lambda *a, **k: None
+    core = {name: Stage(name, noop) for name in ("rollout", "advantage", "ppo_update")}
+    dreamer = Stage("dreamer", noop, replaces=("advantage", "ppo_update"))
+    assert [s.name for s in build_pipeline(core, [dreamer])] == ["rollout", "dreamer"]
+    with pytest.raises(ValueError, match="which stage 'dreamer' replaces"):
+        build_pipeline(core, [dreamer, Stage("late", noop, after="ppo_update")])
+    with pytest.raises(ValueError, match="cannot replace 'rollout'"):
+        build_pipeline(core, [Stage("bad", noop, replaces=("rollout",))])
+
+
+@pytest.mark.heavy
+def test_dreamer_trains_and_resumes_exactly(tmp_path, capsys):
+    """A run of four updates saving at update 2, and a copy of it cut back to that checkpoint and resumed, end on
+    bit-identical parameters; the run trains both the actor-critic and the world model."""
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    assert main(*TINY, "--total-timesteps", str(4 * 64), "--save-interval", "2", "--run-name", "straight",
+                "--checkpoint-dir", str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "ent " in out and " kl " not in out  # the console shows the dreamer's entropy, no PPO ratio
+    shutil.copytree(straight, split)
+    shutil.rmtree(split / "4")
+    (split / "final_params.npz").unlink()
+    assert main("--resume", str(split)) == 0
+    assert "resume: update 2 of 4" in capsys.readouterr().out
+    a, meta_a = load_params_npz(str(straight / "final_params.npz"))
+    b, meta_b = load_params_npz(str(split / "final_params.npz"))
+    assert meta_a["update"] == meta_b["update"] == 4
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(x, y)
+    with open(straight / "metrics.jsonl") as f:
+        records = [json.loads(line) for line in f if '"update"' in line]
+    last = records[-1]
+    assert last["grad_norm"] > 0 and last["wm/grad_norm"] > 0 and last["dreamer/ac_steps"] >= 1
+    assert {"pg_loss", "vf_loss", "entropy", "wm/loss", "dreamer/imagined_return"} <= set(last)
