@@ -20,7 +20,8 @@ Rewritten so that they are fast (the command is otherwise run as written):
   * watch_agent.py               one short episode (`--episodes 1 --max-steps 20`).
   * evaluate.py                  two episodes of at most 20 steps (`--episodes 2 --batch-size 2 --max-steps 20`).
   * scripts/experiments/*.py     run with `--quick` (their documented quick mode) if `--help` offers it, else
-                                 only `--help` (a full experiment takes hours).
+                                 only `--help` (a full experiment takes hours). Those a test of their own runs
+                                 `--quick` (TESTED_ELSEWHERE) get only `--help` here: the same minute twice.
   * `RUN` (a placeholder)        the name of a run this test trains first (TINY_TRAIN); `--latest` finds it too.
   * `checkpoints/<run>/<n>/`     a step the tiny run did not reach becomes the run's earliest step directory.
 """
@@ -46,6 +47,9 @@ TINY_TRAIN = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64",
 RESUME_TIMESTEPS = "96"  # one update more than TINY_TRAIN's 2 updates of 2 x 16 steps (16: --dtc-seq-len divides it)
 TINY_WATCH = ["--episodes", "1", "--max-steps", "20"]
 TINY_EVALUATE = ["--episodes", "2", "--batch-size", "2", "--max-steps", "20"]  # last flag wins
+
+# Experiment scripts whose --quick run a test of their own makes (with at least the flags the docs show).
+TESTED_ELSEWHERE = {"scripts/experiments/deepsea.py": "tests/test_exploration.py"}
 
 SKIP_RULES = [  # (pattern on the command, reason)
     (re.compile(r"^pip install\b"), "installs packages over the network"),
@@ -127,7 +131,7 @@ def rewrite(command: str, cwd: Path, run_name: str):
     elif script.endswith("evaluate.py"):
         argv += TINY_EVALUATE
     elif script.startswith("scripts/experiments/"):
-        if "--quick" not in _help(argv[0]):
+        if "--quick" not in _help(argv[0]) or script in TESTED_ELSEWHERE:
             return [argv[0], "--help"]
         argv += [] if "--quick" in argv else ["--quick"]
     return argv
@@ -139,6 +143,9 @@ def test_doc_commands_are_found():
     assert any("--env jumanji:Snake-v1" in c for c in found)
     assert any("watch_agent.py" in c for c in found) and any("inspect_checkpoint.py" in c for c in found)
     assert any(c.startswith("python scripts/experiments/") for c in found)
+    for script, test in TESTED_ELSEWHERE.items():  # the rule holds only while that test runs the script --quick
+        text = (ROOT / test).read_text()
+        assert Path(script).name in text and '"--quick"' in text
     readme = (ROOT / "README.md").read_text()
     assert skip_reason("python scripts/tpu/create.py $NAME --zone $ZONE") and "scripts/tpu/" in readme
     assert not skip_reason("python scripts/train_purejaxrl.py --env jumanji:Snake-v1")

@@ -55,7 +55,8 @@ def test_agents_select_their_stages():
     assert disagreement.extra_stages[:2] == DTC_STAGES and disagreement.stages.dtc.competence_coef == 0.0
     assert agent_config(base, "rnd").extra_stages[0] == "rnd"
     assert agent_config(base, "count").extra_stages[0] == "count_bonus"
-    assert set(AGENTS) == {"ppo", "dtc", "disagreement", "rnd", "count"}
+    assert agent_config(base, "dreamer").extra_stages[0] == "dreamer"
+    assert set(AGENTS) == {"ppo", "dtc", "disagreement", "rnd", "count", "dreamer", "dreamer-dtc"}
 
 
 def test_count_hash_separates_deepsea_cells():
