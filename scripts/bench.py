@@ -88,7 +88,11 @@ def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrid
                    - mem.alias_size_in_bytes) / 2**20 if mem is not None else float("nan")
     return {"compile_s": compile_s, "steps_per_s": sps,
             "detail": f"setup {setup_s:.1f}s, " + (f"{config.run.num_seeds} seeds, " if config.run.num_seeds > 1 else "") +
-                      f"{config.ppo.num_minibatches} mb x {config.ppo.update_epochs} ep, hidden {config.network.hidden_dim}, "
+                      (f"dreamer: {config.stages.dtc.wm_steps(config.batch_size)} wm + "
+                       f"{config.stages.dreamer.ac_steps(config.stages.dtc.wm_steps(config.batch_size))} ac steps, "
+                       if "dreamer" in config.extra_stages else
+                       f"{config.ppo.num_minibatches} mb x {config.ppo.update_epochs} ep, ") +
+                      f"hidden {config.network.hidden_dim}, "
                       f"{config.network.encoder} encoder, obs {config.network.obs_dtype}, "
                       f"XLA buffers {program_mib:,.0f} MiB"}
 
@@ -280,6 +284,12 @@ CASES = {
                                                    extra_stages=("world_model", "intrinsic_reward"))),
     "cartpole-64x128-rnd": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=128,
                                                    updates_per_chunk=4, extra_stages=("rnd",))),
+    # The dreamer agents (rollout -> dreamer: world model + actor-critic in imagination, no PPO update) at the same
+    # env batch as cartpole-64x128, default sizes (replay ratio 1, horizon 15); issue 21's goal <= 3x PPO per env step.
+    "cartpole-64x128-dreamer": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=128,
+                                                       updates_per_chunk=4, agent="dreamer")),
+    "cartpole-64x128-dreamer-dtc": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64,
+                                                           num_steps=128, updates_per_chunk=4, agent="dreamer-dtc")),
     "hackmatrix-random-2048": (bench_random_policy, dict(env_name="hackmatrix", num_envs=2048, steps_per_chunk=64)),
     # Defaults (auto: MLP, exact uint8 observation storage), the cells encoder on the same storage, and the MLP on
     # float32 storage (the default before uint8); issue 3's targets at 2048 x 128: >= 18,000 env steps/s, peak
@@ -442,9 +452,15 @@ def main() -> int:
         theirs = results.get(f"{name}-purejaxrl")
         if name in results and theirs:
             print(f"{name}: hephaestus chunk / PureJaxRL's ppo.py = {results[name]['steps_per_s'] / theirs['steps_per_s']:.2f}x")
-        dtc = results.get(f"{name}-dtc")
-        if name in results and dtc:
-            print(f"{name}: PPO+DTC costs {results[name]['steps_per_s'] / dtc['steps_per_s']:.2f}x PPO per env step")
+        variants = (("dtc", "PPO+DTC"), ("rnd", "PPO+RND"), ("dreamer", "the dreamer"),
+                    ("dreamer-dtc", "the dreamer with DTC novelty"))
+        for suffix, label in variants:
+            if any(name.endswith(f"-{v}") for v, _ in variants):
+                break  # a variant itself, not the PPO case the variants are compared with
+            other = results.get(f"{name}-{suffix}")
+            if name in results and other:
+                print(f"{name}: {label} costs {results[name]['steps_per_s'] / other['steps_per_s']:.2f}x PPO per env "
+                      f"step (compile {other['compile_s']:.1f}s vs {results[name]['compile_s']:.1f}s)")
     return 0
 
 

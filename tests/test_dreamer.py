@@ -128,3 +128,34 @@ def test_dreamer_trains_and_resumes_exactly(tmp_path, capsys):
     last = records[-1]
     assert last["grad_norm"] > 0 and last["wm/grad_norm"] > 0 and last["dreamer/ac_steps"] >= 1
     assert {"pg_loss", "vf_loss", "entropy", "wm/loss", "dreamer/imagined_return"} <= set(last)
+
+
+def test_dreamer_dtc_adds_the_members_disagreement_to_the_imagined_reward():
+    """One update of the dreamer-dtc stage on a fake rollout: the imagined reward holds a positive novelty bonus
+    (members disagree), competence is tracked, and both the actor-critic and the world model learn."""
+    from hephaestus.dtc.dreamer import make_dreamer
+    from hephaestus.envs.registry import make_env
+    from hephaestus.runner_state import fresh_agent, make_optimizer
+
+    flags = dict(env="gymnax:CartPole-v1", agent="dreamer-dtc", num_envs=2, num_steps=8, dtc_seq_len=8,
+                 dtc_wm_batch=2, dtc_ensemble_size=2, dtc_deter_dim=8, dtc_hidden_dim=8, dtc_stoch_groups=2,
+                 dtc_stoch_classes=2, dtc_replay_capacity=8, dreamer_starts=2, dreamer_horizon=3, hidden_dim=8,
+                 num_layers=1)
+    config, _ = resolve(TrainConfig().replace(**flags))
+    spec = make_env(config.env.name).spec
+    network = nets.make_network(spec, config)
+    init, apply = make_dreamer(config, spec, network)
+    hyper = {k: jnp.float32(v) for k, v in {**HYPER, "lr": 1e-3, "max_grad_norm": 1.0}.items()}
+    runner = fresh_agent(network, make_optimizer(config), [], spec.obs_dim, jax.random.PRNGKey(0), hyper)
+    t, n = 8, 2
+    obs = jax.random.normal(jax.random.PRNGKey(1), (t, n, spec.obs_dim))
+    batch = {"obs": obs, "next_obs": jnp.roll(obs, -1, 0), "action": jnp.zeros((t, n), jnp.int32),
+             "reward": jnp.ones((t, n)), "terminated": jnp.zeros((t, n), bool).at[-1].set(True),
+             "truncated": jnp.zeros((t, n), bool)}
+    state = init(jax.random.PRNGKey(2))
+    train_state, _, new_state, metrics = jax.jit(apply)(jax.random.PRNGKey(3), runner.train_state, batch, state, hyper)
+    assert float(metrics["dtc/novelty_raw"]) > 0 and float(metrics["dtc/intrinsic_reward"]) > 0
+    assert float(new_state.intrinsic.updates) == metrics["dreamer/ac_steps"]  # one competence step per AC step
+    moved = lambda a, b: any(bool(jnp.any(x != y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    assert moved(train_state.params, runner.train_state.params) and moved(new_state.world.params, state.world.params)
+    assert bool(new_state.slow_ready) and not bool(state.slow_ready)

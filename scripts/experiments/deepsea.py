@@ -10,7 +10,10 @@ Protocol (bsuite/experiments/deep_sea: sweep.py and analysis.py):
 * constant learning rate; `--seeds` seeds per agent vmapped in one compiled program.
 
 Agents: random (analytic), ppo (entropy coefficient tuned over --ppo-ent-coefs on the smallest size, the best then
-used everywhere), count (tabular count bonus: the oracle), rnd, disagreement (DTC with competence off), dtc.
+used everywhere), count (tabular count bonus: the oracle), rnd, disagreement (DTC with competence off), dtc,
+dreamer (actor-critic in the imagination of a one-member world model, no bonus) and dreamer-dtc (the ensemble's
+disagreement on imagined states in the imagined reward; specs/dreamer.md). The dreamers have no bonus on real
+transitions, so their rows have no novelty-vs-visits correlation.
 
 Reported per size and agent: seeds solved and scored, episodes to solve, episodes to the first treasure (censored
 at the budget), coverage of the N(N+1)/2 reachable cells, and the Spearman correlation between a cell's last
@@ -40,7 +43,7 @@ from hephaestus.envs.registry import make_env
 from hephaestus.ppo import make_train
 from hephaestus.stages import Stage, register_stage
 
-AGENTS = ("random", "ppo", "count", "rnd", "disagreement", "dtc")
+AGENTS = ("random", "ppo", "count", "rnd", "disagreement", "dtc", "dreamer", "dreamer-dtc")
 BAD_THRESHOLD = 0.9  # bsuite analysis.find_solution(thresh=0.9)
 FORGIVENESS = 100  # bsuite analysis.score(forgiveness=100.)
 

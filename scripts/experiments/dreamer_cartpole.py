@@ -10,7 +10,7 @@ model filters the first --context steps of each and then imagines --horizon step
 really taken, with no observations; the error of every imagined observation against the real one is reported per
 step k, next to the error of the naive forecast "the last observation repeats".
 
-    python scripts/experiments/dreamer_cartpole.py --out results/dreamer_cartpole --seeds 5
+    python scripts/experiments/dreamer_cartpole.py --out checkpoints/dreamer_cartpole --seeds 5
     python scripts/experiments/dreamer_cartpole.py --quick --out /tmp/dc      # a smoke run (minutes)
 
 Writes OUT.json, OUT.md and OUT.png (curves, mean and min-max band per agent; open-loop error by k).
@@ -29,12 +29,15 @@ from hephaestus.entry_points import require_this_checkout
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(ROOT, "scripts", "train_purejaxrl.py")
 
-# PPO: PureJaxRL's CartPole settings (configs/cartpole.yaml). The dreamer: 16 envs x 16 steps per update, and a
-# replay ratio of 8 (8 world-model and 8 actor-critic gradient steps per update of 256 env steps).
+# PPO: PureJaxRL's CartPole settings (configs/cartpole.yaml). The dreamer: 16 envs x 16 steps per update, a replay
+# ratio of 8 (8 world-model and 8 actor-critic gradient steps per update of 256 env steps), entropy 1e-3 and a
+# replay of 16,384 sequences (262k steps: no transition of a 1.5e5-step run is forgotten). Both report every
+# 4,096 env steps, so "steps to 475" is read at the same granularity.
 AGENTS = {
-    "ppo": ["--config", os.path.join(ROOT, "configs", "cartpole.yaml")],
+    "ppo": ["--config", os.path.join(ROOT, "configs", "cartpole.yaml"), "--log-interval", "8"],
     "dreamer": ["--env", "gymnax:CartPole-v1", "--agent", "dreamer", "--num-envs", "16", "--num-steps", "16",
-                "--dtc-replay-ratio", "8", "--lr", "3e-4"],
+                "--dtc-replay-ratio", "8", "--lr", "3e-4", "--dreamer-entropy", "1e-3", "--dtc-replay-capacity",
+                "16384", "--log-interval", "16"],
 }
 
 
@@ -178,7 +181,7 @@ def main(argv=None):
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--agents", nargs="+", default=list(AGENTS), choices=list(AGENTS))
     p.add_argument("--ppo-timesteps", type=float, default=5e5)
-    p.add_argument("--dreamer-timesteps", type=float, default=1e5)
+    p.add_argument("--dreamer-timesteps", type=float, default=1.5e5)
     p.add_argument("--threshold", type=float, default=475.0)
     p.add_argument("--open-loop-episodes", type=int, default=64)
     p.add_argument("--context", type=int, default=10)
