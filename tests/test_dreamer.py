@@ -68,9 +68,10 @@ def test_dreams_need_no_observation_and_all_members_take_the_same_actions(parts)
     assert float(jnp.max(jnp.abs(traj1["novelty"]))) == 0.0
 
 
-def test_the_actor_critic_loss_sends_no_gradient_into_the_world_model(parts):
+@pytest.mark.parametrize("symlog_critic", [False, True])
+def test_the_actor_critic_loss_sends_no_gradient_into_the_world_model(parts, symlog_critic):
     model, wm_params, network, ac_params, seq = parts
-    opts = DreamerOptions(entropy=1e-2)
+    opts = DreamerOptions(entropy=1e-2, symlog_critic=symlog_critic)
 
     def loss(ac, wm):
         traj, final_obs = imagine_from_replay(model, network, wm, ac, seq, jax.random.PRNGKey(6), 5, False)

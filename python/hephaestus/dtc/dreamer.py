@@ -131,16 +131,20 @@ def actor_critic_loss(network, ac_params, slow_params, traj, final_obs, reward, 
     """DreamerV3-style loss on one batch of dreams (all inputs are data: no gradient leaves through them).
     Returns (total, (stats, returns))."""
     mask = jnp.ones(traj["obs"].shape[:-1] + ((network.action_dim,) if network.discrete else (1,)), bool)
-    log_prob, entropy, value = nets.evaluate(network, ac_params, traj["obs"], mask, traj["action"])
-    slow_value = network.apply(slow_params, jnp.concatenate([traj["obs"], final_obs[None]]), method="value")
+    log_prob, entropy, out = nets.evaluate(network, ac_params, traj["obs"], mask, traj["action"])
+    slow_out = network.apply(slow_params, jnp.concatenate([traj["obs"], final_obs[None]]), method="value")
+    # symlog critic: the value head predicts symlog(value), so its targets and gradients stay O(1) as returns grow
+    to_value = rssm.symexp if opts.symlog_critic else (lambda x: x)
+    to_head = rssm.symlog if opts.symlog_critic else (lambda x: x)
+    value, slow_value = to_value(out), to_value(slow_out)
     returns = lambda_returns(reward, traj["cont"], slow_value[1:], hyper["gamma"], hyper["gae_lambda"])
     # A dream's step t counts as much as the chance that the episode is still going then (discounted).
     discount = hyper["gamma"] * traj["cont"]
     weight = sg(jnp.concatenate([jnp.ones_like(discount[:1]), jnp.cumprod(discount[:-1], 0)], 0))
     advantage = sg((returns - value) / jnp.maximum(1.0, return_scale))
     actor_loss = -jnp.mean(weight * (advantage * log_prob + opts.entropy * entropy))
-    critic_loss = jnp.mean(weight * 0.5 * ((value - sg(returns)) ** 2
-                                           + opts.slow_critic_reg * (value - sg(slow_value[:-1])) ** 2))
+    critic_loss = jnp.mean(weight * 0.5 * ((out - sg(to_head(returns))) ** 2
+                                           + opts.slow_critic_reg * (out - sg(slow_out[:-1])) ** 2))
     total = actor_loss + hyper["vf_coef"] * critic_loss
     stats = {"pg_loss": actor_loss, "vf_loss": critic_loss, "total_loss": total, "entropy": jnp.mean(entropy),
              "dreamer/imagined_return": jnp.mean(returns[0]), "dreamer/imagined_reward": jnp.mean(reward),

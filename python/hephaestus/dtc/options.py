@@ -130,6 +130,9 @@ class DreamerOptions:
     """EMA decay of the slow critic (bootstraps the lambda-returns and regularises the critic)"""
     slow_critic_reg: float = 1.0
     """weight of the critic's regression towards the slow critic's values"""
+    symlog_critic: bool = field(default=False, metadata={"values": "01"})
+    """1: the value head predicts symlog(value) and regresses on symlog(lambda-return) (DreamerV3's critic
+    works in symlog space), so its targets stay O(1) as returns grow; 0: it predicts the value itself"""
     novelty_coef: float = 0.0
     """weight of the ensemble's disagreement on imagined states (Plan2Explore), normalised, in the imagined reward;
     --agent dreamer-dtc sets it (with a competence gain as in part 1); needs --dtc-ensemble-size >= 2"""
