@@ -60,6 +60,8 @@ def test_dreams_need_no_observation_and_all_members_take_the_same_actions(parts)
     assert traj["obs"].shape == (7, starts, 3) and traj["action"].shape == (7, starts) and final_obs.shape == (starts, 3)
     assert bool(jnp.all((traj["cont"] > 0) & (traj["cont"] < 1)))
     assert float(jnp.mean(traj["novelty"])) > 0  # two members with different weights disagree
+    late, _ = imagine_from_replay(model, network, wm_params, ac_params, seq, jax.random.PRNGKey(4), 2, False, burn_in=2)
+    assert late["obs"].shape[1] == (seq["obs"].shape[0] - 2) * seq["obs"].shape[1]  # no dreams from the first 2 steps
     # A one-member dream of the same starts asks for no disagreement and gets none.
     one = jax.tree.map(lambda x: x[:1], wm_params)
     h = jnp.zeros((1, 4, SIZES.deter))
@@ -93,6 +95,8 @@ def test_agent_dreamer_replaces_advantage_and_the_ppo_update():
     with pytest.raises(ConfigError, match="--dtc-ensemble-size >= 2"):
         resolve(TrainConfig().replace(env="gymnax:CartPole-v1", extra_stages=("dreamer",), dtc_ensemble_size=1,
                                       dreamer_novelty_coef=0.5))
+    with pytest.raises(ConfigError, match="--dreamer-burn-in must be in"):
+        resolve(TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer", dreamer_burn_in=16, dtc_seq_len=16))
     with pytest.raises(ConfigError, match="--dreamer-horizon must be positive"):
         resolve(TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer", dreamer_horizon=0))
     noop = lambda *a, **k: None

@@ -57,14 +57,15 @@ def member(params, i: int):
     return jax.tree.map(lambda x: x[i], params)
 
 
-def start_states(model, wm_params, seq, key):
-    """Every member's posterior state (sampled latents) at every step of replayed sequences seq [L, B]:
-    h [K, L * B, deter], z [K, L * B, stoch]."""
+def start_states(model, wm_params, seq, key, burn_in: int = 0):
+    """Every member's posterior state (sampled latents) at every step of replayed sequences seq [L, B] after the
+    first `burn_in` (a replayed sequence starts from a zero state: its first states have little context):
+    h [K, (L - burn_in) * B, deter], z [K, (L - burn_in) * B, stoch]."""
     k = jax.tree.leaves(wm_params)[0].shape[0]
     h0 = jnp.zeros((seq["obs"].shape[1], model.sizes.deter), jnp.float32)
     filt = lambda p, key: rssm.observe(model, p, seq["obs"], seq["action"], seq["first"], h0, key)[0]
     out = jax.vmap(filt)(wm_params, jax.random.split(key, k))
-    flat = lambda x: x.reshape((k, -1) + x.shape[3:])
+    flat = lambda x: x[:, burn_in:].reshape((k, -1) + x.shape[3:])
     return flat(out["h"]), flat(out["z"])
 
 
@@ -104,12 +105,13 @@ def dream(model, wm_params, network, ac_params, h, z, key, horizon: int, with_no
     return traj, decode_obs(lead, h[0], z[0])
 
 
-def imagine_from_replay(model, network, wm_params, ac_params, seq, key, horizon: int, with_novelty: bool):
+def imagine_from_replay(model, network, wm_params, ac_params, seq, key, horizon: int, with_novelty: bool,
+                        burn_in: int = 0):
     """Dreams from every posterior state of replayed sequences `seq` [L, B] (start_states, then dream), built from
     stopped parameters: what the actor-critic loss reads as data. Returns (trajectory [H, L * B, ...], final_obs)."""
     key_start, key_dream = jax.random.split(key)
     wm_params, ac_params = sg(wm_params), sg(ac_params)
-    h, z = start_states(model, wm_params, seq, key_start)
+    h, z = start_states(model, wm_params, seq, key_start, burn_in)
     traj, final_obs = dream(model, wm_params, network, ac_params, h, z, key_dream, horizon, with_novelty)
     return sg(traj), sg(final_obs)
 
@@ -182,7 +184,7 @@ def make_dreamer(config, spec, network):
         key_seq, key_dream = jax.random.split(step_key)
         seq = wm_train.sample(key_seq, state.world.replay, opts.starts)  # drawn as the world model's are
         traj, final_obs = imagine_from_replay(model, network, state.world.params, train_state.params, seq, key_dream,
-                                              opts.horizon, with_novelty)
+                                              opts.horizon, with_novelty, opts.burn_in)
         state, reward, novelty_metrics = imagined_reward(state, traj)
         slow = jax.tree.map(lambda s, p: jnp.where(state.slow_ready, s, p), state.slow_params, train_state.params)
         grad_fn = jax.value_and_grad(actor_critic_loss, argnums=1, has_aux=True)

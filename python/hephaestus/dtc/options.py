@@ -120,6 +120,9 @@ class DreamerOptions:
     """imagined steps per start state (DreamerV3: 15)"""
     starts: int = 16
     """replayed sequences per actor-critic step; every posterior state of them starts a dream (starts x seq-len)"""
+    burn_in: int = 0
+    """replayed steps that only build the filter state: dreams start from the posterior states after them (a
+    replayed sequence starts from a zero state); must be < --dtc-seq-len"""
     ac_ratio: float = 1.0
     """actor-critic gradient steps per world-model gradient step"""
     entropy: float = 3e-4
@@ -145,6 +148,9 @@ class DreamerOptions:
         if not any(name in DREAMER_STAGES for name in config.extra_stages):
             return
         require_positive(self, "dreamer", "horizon", "starts", "ac_ratio")
+        if not 0 <= self.burn_in < config.stages.dtc.seq_len:
+            raise ConfigError(f"--dreamer-burn-in must be in [0, --dtc-seq-len {config.stages.dtc.seq_len}), "
+                              f"got {self.burn_in}")
         for name in ("return_decay", "slow_critic_decay"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"--dreamer-{name.replace('_', '-')} must be in [0, 1), got {getattr(self, name)}")
