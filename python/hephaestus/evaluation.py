@@ -245,3 +245,18 @@ def final_evaluation(trainer, runner_state, run_dir: str, message=print,
             message(line)
     message(f"final evaluation in {path}")
     return metrics
+
+
+def random_policy_returns(env_name: str, num_envs: int, num_steps: int, seed: int = 0) -> np.ndarray:
+    """The first episode's return of each of `num_envs` envs acting masked-uniformly (the evaluation program's
+    `random` policy, as `evaluate.py --random`), over those whose first episode ends within `num_steps` (make it
+    longer than the env's time limit: later, shorter episodes would bias a count towards short ones). The baseline
+    the learning experiments (scripts/experiments/) print next to their curves."""
+    import jax
+
+    from hephaestus.envs.registry import make_env
+
+    evaluator = Evaluator(make_env(env_name), None, num_envs, num_steps, policies=("random",))
+    _, raw = evaluator(None, jax.random.PRNGKey(seed))
+    out = raw["eval/"]
+    return np.asarray(out["return"])[np.asarray(out["finished"])]

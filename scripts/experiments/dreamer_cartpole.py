@@ -11,7 +11,7 @@ really taken, with no observations; the error of every imagined observation agai
 step k, next to the error of the naive forecast "the last observation repeats".
 
     python scripts/experiments/dreamer_cartpole.py --out checkpoints/dreamer_cartpole --seeds 5
-    python scripts/experiments/dreamer_cartpole.py --quick --out /tmp/dc      # a smoke run (minutes)
+    python scripts/experiments/dreamer_cartpole.py --quick --out /tmp/dc      # a smoke run (about a minute)
 
 Writes OUT.json, OUT.md and OUT.png (curves, mean and min-max band per agent; open-loop error by k).
 """
@@ -186,17 +186,19 @@ def main(argv=None):
     p.add_argument("--open-loop-episodes", type=int, default=64)
     p.add_argument("--context", type=int, default=10)
     p.add_argument("--horizon", type=int, default=15)
-    p.add_argument("--quick", action="store_true", help="a smoke run: 2 seeds, tiny budgets")
+    p.add_argument("--quick", action="store_true", help="a smoke run: the dreamer alone (PPO's run is the same code "
+                   "with other flags; --agents ppo dreamer adds it), 2 seeds, tiny budgets, 8 open-loop episodes")
     p.add_argument("--dreamer-args", default="", help="extra flags for the dreamer run, e.g. '--dtc-replay-ratio 4'")
     args = p.parse_args(argv)
     if args.quick:
-        args.seeds, args.ppo_timesteps, args.dreamer_timesteps = 2, 4096, 2048
+        args.seeds, args.ppo_timesteps, args.dreamer_timesteps, args.open_loop_episodes = 2, 4096, 2048, 8
+        if "--agents" not in (sys.argv[1:] if argv is None else argv):
+            args.agents = ["dreamer"]
     import numpy as np
 
     out_dir = args.out + "_runs"
     os.makedirs(out_dir, exist_ok=True)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from learning_check import random_policy_returns
+    from hephaestus.evaluation import random_policy_returns
 
     random_return = float(random_policy_returns("gymnax:CartPole-v1", 200, 501).mean())
     results = {"threshold": args.threshold, "seeds": list(range(args.seeds)), "agents": {},

@@ -17,21 +17,9 @@ import os
 import sys
 
 from hephaestus.entry_points import require_this_checkout
-import jax
 import numpy as np
 
-from hephaestus.envs.registry import make_env
-from hephaestus.evaluation import Evaluator
-
-
-def random_policy_returns(env_name: str, num_envs: int, num_steps: int, seed: int = 0) -> np.ndarray:
-    """The first episode's return of each of `num_envs` envs acting masked-uniformly (the evaluation program's
-    `random` policy, as `evaluate.py --random`), over those whose first episode ends within `num_steps` (make it
-    longer than the env's time limit: later, shorter episodes would bias a count towards short ones)."""
-    evaluator = Evaluator(make_env(env_name), None, num_envs, num_steps, policies=("random",))
-    _, raw = evaluator(None, jax.random.PRNGKey(seed))
-    out = raw["eval/"]
-    return np.asarray(out["return"])[np.asarray(out["finished"])]
+from hephaestus.evaluation import random_policy_returns
 
 
 def read_curves(run_dir: str):
