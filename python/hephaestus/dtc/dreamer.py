@@ -162,7 +162,9 @@ def make_dreamer(config, spec, network):
     with_novelty = opts.novelty_coef > 0
 
     def init(key):
-        params = network.init(key, jnp.zeros((1, spec.obs_dim), jnp.float32))  # shape only: replaced at update 1
+        # The slow critic's shape only (zeros, no key used): the first actor-critic step copies the network in.
+        shapes = jax.eval_shape(network.init, key, jnp.zeros((1, spec.obs_dim), jnp.float32))
+        params = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
         return DreamerState(world=wm_init(key), slow_params=params, slow_ready=jnp.bool_(False),
                             return_scale=jnp.float32(0.0), intrinsic=intr.intrinsic_init())
 
