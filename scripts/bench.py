@@ -63,7 +63,7 @@ def time_chunks(run_chunk, state, steps_per_chunk):
 def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrides):
     import numpy as np
 
-    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.config import TrainConfig, resolve, update_summary
     from hephaestus.loop import release_freed_memory
     from hephaestus.ppo import make_train
 
@@ -88,11 +88,7 @@ def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrid
                    - mem.alias_size_in_bytes) / 2**20 if mem is not None else float("nan")
     return {"compile_s": compile_s, "steps_per_s": sps,
             "detail": f"setup {setup_s:.1f}s, " + (f"{config.run.num_seeds} seeds, " if config.run.num_seeds > 1 else "") +
-                      (f"dreamer: {config.stages.dtc.wm_steps(config.batch_size)} wm + "
-                       f"{config.stages.dreamer.ac_steps(config.stages.dtc.wm_steps(config.batch_size))} ac steps, "
-                       if "dreamer" in config.extra_stages else
-                       f"{config.ppo.num_minibatches} mb x {config.ppo.update_epochs} ep, ") +
-                      f"hidden {config.network.hidden_dim}, "
+                      f"{update_summary(config)}, hidden {config.network.hidden_dim}, "
                       f"{config.network.encoder} encoder, obs {config.network.obs_dtype}, "
                       f"XLA buffers {program_mib:,.0f} MiB"}
 
@@ -452,13 +448,13 @@ def main() -> int:
         theirs = results.get(f"{name}-purejaxrl")
         if name in results and theirs:
             print(f"{name}: hephaestus chunk / PureJaxRL's ppo.py = {results[name]['steps_per_s'] / theirs['steps_per_s']:.2f}x")
-        variants = (("dtc", "PPO+DTC"), ("rnd", "PPO+RND"), ("dreamer", "the dreamer"),
-                    ("dreamer-dtc", "the dreamer with DTC novelty"))
-        for suffix, label in variants:
-            if any(name.endswith(f"-{v}") for v, _ in variants):
-                break  # a variant itself, not the PPO case the variants are compared with
+        variants = {"dtc": "PPO+DTC", "rnd": "PPO+RND", "dreamer": "the dreamer",
+                    "dreamer-dtc": "the dreamer with DTC novelty"}
+        if name not in results or any(name.endswith(f"-{v}") for v in variants):
+            continue  # not run, or a variant itself rather than the PPO case the variants are compared with
+        for suffix, label in variants.items():
             other = results.get(f"{name}-{suffix}")
-            if name in results and other:
+            if other:
                 print(f"{name}: {label} costs {results[name]['steps_per_s'] / other['steps_per_s']:.2f}x PPO per env "
                       f"step (compile {other['compile_s']:.1f}s vs {results[name]['compile_s']:.1f}s)")
     return 0

@@ -566,6 +566,16 @@ def resolve_for_env(config: TrainConfig, env_spec) -> TrainConfig:
     return config.replace(encoder=resolve_encoder(config, env_spec), obs_dtype=resolve_obs_dtype(config, env_spec))
 
 
+def update_summary(config: TrainConfig) -> str:
+    """What learns in one update, for the run's header and the benchmarks: PPO's minibatches x epochs, or, where the
+    dreamer replaces the PPO update, its world-model and imagination gradient steps."""
+    if any(name in DREAMER_STAGES for name in config.extra_stages):
+        wm_steps = config.stages.dtc.wm_steps(config.batch_size)
+        return (f"dreamer: {wm_steps} world-model + {config.stages.dreamer.ac_steps(wm_steps)} imagination steps per "
+                "update")
+    return f"{config.ppo.num_minibatches} minibatches x {config.ppo.update_epochs} epochs"
+
+
 def agent_config(config: TrainConfig, agent: str) -> TrainConfig:
     """`config` with the agent's extra stages first (then any others already set) and its config changes. Stages
     already all there keep their order, so settling an agent twice changes nothing."""

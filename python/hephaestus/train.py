@@ -13,7 +13,7 @@ import threading
 import time
 
 from hephaestus.cli import fail, parse
-from hephaestus.config import resolve
+from hephaestus.config import resolve, update_summary
 
 
 def main(argv=None) -> int:
@@ -78,14 +78,8 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
         fail(str(err))
     if note:
         print(note)
-    if "dreamer" in config.extra_stages:  # no PPO update: say what learns instead
-        wm_steps = config.stages.dtc.wm_steps(config.batch_size)
-        learner = (f"dreamer: {wm_steps} world-model + {config.stages.dreamer.ac_steps(wm_steps)} imagination steps "
-                   "per update")
-    else:
-        learner = f"{config.ppo.num_minibatches} minibatches x {config.ppo.update_epochs} epochs"
     print(f"run {config.run.run_name}: {config.env.name}, {config.env.num_envs} envs x {config.env.num_steps} steps, "
-          f"{config.num_updates} updates, {learner}, compile cache {cache}")
+          f"{config.num_updates} updates, {update_summary(config)}, compile cache {cache}")
     t_setup = time.perf_counter()
     try:
         trainer = make_train(config, env)

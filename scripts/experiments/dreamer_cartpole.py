@@ -92,21 +92,19 @@ def open_loop(run_dir: str, episodes: int, context: int, horizon: int, seed: int
     from hephaestus import networks as nets
     from hephaestus.config import resolve
     from hephaestus.dtc import rssm
+    from hephaestus.dtc.agent import sizes_from
+    from hephaestus.dtc.dreamer import member
     from hephaestus.ppo import make_train
 
     found = ck.locate(run_dir)
     config, _ = resolve(ck.config_of(found))
     trainer = make_train(config)
     runner = ck.restore(found, trainer).runner_state
-    first = (lambda x: x[0]) if config.run.num_seeds > 1 else (lambda x: x)
-    world = jax.tree.map(first, runner.stages["dreamer"].world.params)
-    ac_params = jax.tree.map(first, runner.train_state.params)
-    model = rssm.RSSM(rssm.RSSMSizes(obs_dim=trainer.env.spec.obs_dim, action_dim=trainer.env.spec.action_dim,
-                                     discrete=trainer.env.spec.discrete, deter=config.stages.dtc.deter_dim,
-                                     groups=config.stages.dtc.stoch_groups, classes=config.stages.dtc.stoch_classes,
-                                     hidden=config.stages.dtc.hidden_dim, unimix=config.stages.dtc.unimix,
-                                     dtype=config.network.dtype))
-    lead = jax.tree.map(lambda x: x[0], world)
+    world, ac_params = runner.stages["dreamer"].world.params, runner.train_state.params
+    if config.run.num_seeds > 1:  # seed 0's agent
+        world, ac_params = member(world, 0), member(ac_params, 0)
+    model = rssm.RSSM(sizes_from(trainer.config, trainer.env.spec))
+    lead = member(world, 0)  # the ensemble's first member, as the dreams use it
     env, length = trainer.env, context + horizon
 
     def episode(key):  # one real episode's first `length` steps under the trained (sampled) policy

@@ -185,11 +185,8 @@ def intrinsic_reward_stage(ctx: StageContext) -> Stage:
                          f"(--agent dtc selects {','.join(DTC_STAGES)})")
 
     def apply(key, train_state, batch, state: intr.IntrinsicState):
-        state, n = intr.normalise(state, batch["dtc_novelty"])
-        state, competence = intr.competence_step(
-            state, jnp.mean(batch["dtc_novelty"]), config.stages.dtc.fast_rate, config.stages.dtc.slow_rate, config.stages.dtc.boredom_threshold,
-            config.stages.dtc.boredom_rise, config.stages.dtc.boredom_decay)
-        bonus = config.stages.dtc.intrinsic_coef * (n + config.stages.dtc.competence_coef * competence * n)
+        state, n, competence, bonus = intr.novelty_bonus(state, batch["dtc_novelty"], config.stages.dtc.intrinsic_coef,
+                                                         config.stages.dtc)
         extrinsic = batch["reward"]
         abs_int, abs_ext = jnp.sum(jnp.abs(bonus)), jnp.sum(jnp.abs(extrinsic))
         metrics = {"dtc/novelty": jnp.mean(n), "dtc/c_fast": state.c_fast, "dtc/c_slow": state.c_slow,

@@ -171,11 +171,7 @@ def make_dreamer(config, spec, network):
     def imagined_reward(state: DreamerState, traj):
         if not with_novelty:
             return state, traj["reward"], {}
-        intrinsic, n = intr.normalise(state.intrinsic, traj["novelty"])
-        intrinsic, competence = intr.competence_step(intrinsic, jnp.mean(traj["novelty"]), dtc.fast_rate,
-                                                     dtc.slow_rate, dtc.boredom_threshold, dtc.boredom_rise,
-                                                     dtc.boredom_decay)
-        bonus = opts.novelty_coef * (n + dtc.competence_coef * competence * n)
+        intrinsic, _, competence, bonus = intr.novelty_bonus(state.intrinsic, traj["novelty"], opts.novelty_coef, dtc)
         metrics = {"dtc/novelty_raw": jnp.mean(traj["novelty"]), "dtc/intrinsic_reward": jnp.mean(bonus),
                    "dtc/competence": competence, "dtc/c_fast": intrinsic.c_fast, "dtc/c_slow": intrinsic.c_slow,
                    "dtc/boredom": intrinsic.boredom}

@@ -72,3 +72,14 @@ def competence_step(state: IntrinsicState, xbar, fast_rate, slow_rate, threshold
 
 def dream_horizon(boredom, min_h: int, max_h: int):
     return max_h - boredom * (max_h - min_h)
+
+
+def novelty_bonus(state: IntrinsicState, raw, coef, opts):
+    """The whole dual-timescale step over one batch of raw novelty `raw` (any shape): normalise, update competence
+    and boredom with its mean, and the bonus `coef * (n + competence_coef * c * n)` per element. `opts` is
+    DTCOptions (rates, boredom, competence gain). Returns (state, n, competence, bonus). Used by the
+    intrinsic_reward stage on real transitions and by the dreamer on imagined ones."""
+    state, n = normalise(state, raw)
+    state, competence = competence_step(state, jnp.mean(raw), opts.fast_rate, opts.slow_rate, opts.boredom_threshold,
+                                        opts.boredom_rise, opts.boredom_decay)
+    return state, n, competence, coef * (n + opts.competence_coef * competence * n)
