@@ -71,6 +71,19 @@ def test_the_package_and_the_training_entry_do_not_import_jax():
     assert out.stdout.strip() == "[]"
 
 
+def test_no_module_of_the_package_and_no_hackmatrix_run_imports_gymnax():
+    """gymnax's package import loads every gymnax env and seaborn (about 1.5 s of each start, issue 18): only a
+    gymnax env asked for by name imports it. HackMatrix uses envs/spaces.py's copy of the interface."""
+    code = ("import sys, pkgutil, importlib; sys.path.insert(0, 'python'); import hephaestus\n"
+            "for m in pkgutil.walk_packages(hephaestus.__path__, 'hephaestus.'): importlib.import_module(m.name)\n"
+            "from hephaestus.envs.registry import make_env\n"
+            "env = make_env('hackmatrix'); assert env.spec.discrete and env.spec.action_dim == 28\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('gymnax', 'seaborn')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 # --- the watchdog, deterministic (a fake clock and CPU counter) --------------------------------------------------
 
 class Fake:

@@ -6,8 +6,8 @@ import pytest
 import jax
 import jax.numpy as jnp
 import numpy as np
-from gymnax.environments import spaces
 
+from hephaestus.envs import spaces
 from hephaestus.envs.hackmatrix import EnvParams, EnvState, HackMatrix, make_state, render_text
 from hephaestus.envs.hackmatrix.constants import (
     BLOCK, CORNERS, DATA_SIPHON, EMPTY, EXIT, IS_CORNER, PROGRAM_SPAWN,

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from hephaestus.envs import spaces
 from hephaestus.envs.presentation import gymnax_frames, presentation_of
 
 MASK_KEY = "action_mask"
@@ -212,12 +213,10 @@ def _info_extras(info: dict, spec: EnvSpec | None = None) -> dict:
 def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv:
     """gymnax-style envs (gymnax 1.x, HackMatrix, craftax). Uses `step_env`/`reset_env` and does the
     auto-reset here, so truncation and the final observation are handled the same for all of them."""
-    from gymnax.environments import spaces
-
     space = env.action_space(params)
-    if isinstance(space, spaces.Discrete):
+    if spaces.is_discrete(space):
         discrete, action_dim, low, high = True, int(space.n), (), ()
-    elif isinstance(space, spaces.Box):
+    elif spaces.is_box(space):
         discrete = False
         action_dim = int(jnp.prod(jnp.array(space.shape))) if space.shape else 1
         low = tuple(float(x) for x in jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), (action_dim,)))

@@ -1,10 +1,9 @@
-"""gymnax Environment wrapper for HackMatrix."""
+"""HackMatrix as a gymnax-style environment (envs/spaces.py: the gymnax interface without importing gymnax)."""
 from functools import partial
 
 import jax
 import jax.numpy as jnp
-from gymnax.environments import environment, spaces
-
+from hephaestus.envs import spaces
 from hephaestus.episode_stats import EpisodeStat
 
 from .constants import NUM_ACTIONS, OBS_SIZE, PROGRAM_NAMES
@@ -71,7 +70,7 @@ EPISODE_STATS = (
 _levels_compact = compacted_pair(_level, keep=lambda obs_state: obs_state[0])
 
 
-class HackMatrix(environment.Environment):
+class HackMatrix(spaces.Environment):
     """HackMatrix 6x6 roguelike (rules: specs/hackmatrix-rules.md, design: specs/hackmatrix.md)."""
 
     # Named action ranges (R36): the pipeline logs the fraction of each as actions/<name>_frac.
