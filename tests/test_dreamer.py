@@ -7,6 +7,7 @@ import shutil
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from hephaestus import networks as nets
@@ -17,6 +18,8 @@ from hephaestus.dtc.options import DreamerOptions
 from hephaestus.export import load_params_npz
 from hephaestus.stages import Stage, build_pipeline
 from train_cli import main
+
+optax_norm = optax.tree.norm
 
 SIZES = rssm.RSSMSizes(obs_dim=3, action_dim=2, discrete=True, deter=16, groups=4, classes=4, hidden=32)
 HYPER = {"gamma": jnp.float32(0.9), "gae_lambda": jnp.float32(0.8), "vf_coef": jnp.float32(0.5)}
@@ -85,6 +88,81 @@ def test_the_actor_critic_loss_sends_no_gradient_into_the_world_model(parts, sym
     critic_grads = jax.tree.leaves(grad_ac["params"]["critic"])
     assert max(float(jnp.max(jnp.abs(g))) for g in actor_grads) > 0
     assert max(float(jnp.max(jnp.abs(g))) for g in critic_grads) > 0
+
+
+def _with_mask_bias(params, bias):
+    """Member params whose mask head says `bias` (logits) whatever the state: last layer's kernel 0."""
+    head = params["params"]["mask_head"]
+    last = sorted(head)[-1]
+    fixed = {**head, last: {"kernel": jnp.zeros_like(head[last]["kernel"]),
+                            "bias": jnp.broadcast_to(jnp.asarray(bias, jnp.float32), head[last]["bias"].shape)}}
+    return {"params": {**params["params"], "mask_head": fixed}}
+
+
+def test_the_mask_head_learns_the_env_mask_and_dreams_obey_it(parts):
+    """Envs with action masks (HackMatrix): the world model's mask head is trained on each observation's mask, and
+    an imagined state's actions come from what the head allows there."""
+    _, _, network, ac_params, seq = parts
+    sizes = rssm.RSSMSizes(**{**SIZES.__dict__, "mask_dim": 2})
+    model = rssm.RSSM(sizes)
+    wm_params = rssm.init_ensemble(model, jax.random.PRNGKey(0), 2)
+    only_1 = jnp.broadcast_to(jnp.array([False, True]), seq["obs"].shape[:2] + (2,))
+    full = {**seq, "action_mask": only_1, "reward": jnp.zeros(seq["obs"].shape[:2]),
+            "terminated": jnp.zeros(seq["obs"].shape[:2], bool)}
+    one = lambda p: jax.tree.map(lambda x: x[0], p)
+    loss = lambda p: rssm.member_loss(model, p, full, jax.random.PRNGKey(1))[1]["wm/mask_loss"]
+    right, wrong = _with_mask_bias(one(wm_params), [-20.0, 20.0]), _with_mask_bias(one(wm_params), [20.0, -20.0])
+    assert float(loss(right)) < 1e-3 < 10.0 < float(loss(wrong))
+    grad = jax.grad(lambda p: rssm.member_loss(model, p, full, jax.random.PRNGKey(1))[0])(one(wm_params))
+    assert float(optax_norm(grad["params"]["mask_head"])) > 0
+    # Dreams: with a head that allows only action 1, every imagined action is 1 (the actor alone picks both).
+    stacked = jax.tree.map(lambda a, b: jnp.stack([a, b]), right, right)
+    traj, _ = imagine_from_replay(model, network, stacked, ac_params, seq, jax.random.PRNGKey(4), 6, False)
+    assert bool(jnp.all(traj["action"] == 1)) and bool(jnp.all(traj["mask"] == jnp.array([False, True])))
+    plain = rssm.RSSM(SIZES)
+    free, _ = imagine_from_replay(plain, network, rssm.init_ensemble(plain, jax.random.PRNGKey(0), 2), ac_params, seq,
+                                  jax.random.PRNGKey(4), 6, False)
+    assert bool(jnp.any(free["action"] == 0)) and bool(jnp.all(free["mask"]))  # no mask head: all allowed
+
+
+def _shift_value(params, by):
+    """The critic's output moved by a constant `by` (its last bias)."""
+    critic = params["params"]["critic"]
+    last = sorted(critic)[-1]
+    moved = {**critic, last: {**critic[last], "bias": critic[last]["bias"] + by}}
+    return {"params": {**params["params"], "critic": moved}}
+
+
+@pytest.mark.parametrize("bootstrap", ["critic", "slow"])
+def test_lambda_returns_bootstrap_from_the_critic_or_its_slow_copy(parts, bootstrap):
+    model, wm_params, network, ac_params, seq = parts
+    traj, final_obs = imagine_from_replay(model, network, wm_params, ac_params, seq, jax.random.PRNGKey(6), 5, False)
+    slow = _shift_value(ac_params, 3.0)  # a slow critic that differs from the critic
+    opts = DreamerOptions(bootstrap=bootstrap)
+    _, (_, returns) = actor_critic_loss(network, ac_params, slow, traj, final_obs, traj["reward"], jnp.float32(0.0),
+                                        HYPER, opts)
+    source = ac_params if bootstrap == "critic" else slow
+    values = network.apply(source, jnp.concatenate([traj["obs"], final_obs[None]]), method="value")
+    expected = lambda_returns(traj["reward"], traj["cont"], values[1:], HYPER["gamma"], HYPER["gae_lambda"])
+    np.testing.assert_allclose(np.asarray(returns), np.asarray(expected), rtol=1e-5, atol=1e-5)
+
+
+def test_batch_advantage_normalisation_ignores_a_constant_offset_of_the_critic(parts):
+    """--dreamer-advantage-norm batch centres the advantages: a critic that is off by a constant everywhere (as a
+    lagging critic is) moves the actor's gradient not at all; divided by the return range, it does."""
+    model, wm_params, network, ac_params, seq = parts
+    traj, final_obs = imagine_from_replay(model, network, wm_params, ac_params, seq, jax.random.PRNGKey(6), 5, False)
+
+    def actor_grad(params, norm):
+        opts = DreamerOptions(bootstrap="slow", advantage_norm=norm, entropy=0.0)  # the slow copy fixes the returns
+        grad = jax.grad(lambda p: actor_critic_loss(network, p, ac_params, traj, final_obs, traj["reward"],
+                                                    jnp.float32(0.0), HYPER, opts)[0])(params)
+        return jnp.concatenate([g.ravel() for g in jax.tree.leaves(grad["params"]["actor"])])
+
+    for norm, same in (("batch", True), ("range", False)):
+        base, shifted = actor_grad(ac_params, norm), actor_grad(_shift_value(ac_params, 5.0), norm)
+        assert float(jnp.max(jnp.abs(base))) > 0
+        assert np.allclose(np.asarray(base), np.asarray(shifted), rtol=1e-4, atol=1e-6) == same, norm
 
 
 def test_agent_dreamer_replaces_advantage_and_the_ppo_update():

@@ -69,6 +69,10 @@ AUTO_CHUNK_ENV_STEPS = 65_536
 
 # PPO hyperparameters that are data, not compile-time constants: they live in `RunnerState.hyper` (float32, per
 # agent with --num-seeds), so runs and sweep points that differ only in them share one compiled program.
+# The gradient clip by agent: PPO's 0.5 (PureJaxRL's); the dreamer's actor and critic share one optimizer, and at 0.5
+# the critic's large regression gradients set the clip and shrink the actor's step with them (CartPole: slower and
+# less stable learning, specs/dreamer.md), so the dreamers clip at DreamerV3's 100.
+PPO_GRAD_CLIP, DREAMER_GRAD_CLIP = 0.5, 100.0
 DATA_HYPERPARAMETERS = ("lr", "gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm")
 
 # --agent NAME -> (extra stages, flat config changes). ppo: none. dtc: world-model ensemble + dual-timescale
@@ -143,7 +147,8 @@ class PPOConfig:
     """value loss weight"""
     ent_coef: float | None = field(default=None, metadata={"default_text": f"auto: {_env_default_text('ent_coef')}"})
     """entropy bonus weight"""
-    max_grad_norm: float = 0.5
+    max_grad_norm: float | None = field(default=None, metadata={
+        "default_text": f"auto: {DREAMER_GRAD_CLIP:g} for the dreamer agents, else {PPO_GRAD_CLIP}"})
     """global gradient-norm clip"""
     normalize_advantages: bool = True
     """normalise advantages per minibatch"""
@@ -512,7 +517,8 @@ def auto_scale_for_batch_size(num_envs: int, num_steps: int) -> tuple[int, int]:
 def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
     """Settle every auto option and validate. Returns the resolved config and a one-line note for the console.
 
-    Settled here, in this order: the agent's stages, the env family's defaults (ENV_DEFAULTS), minibatches and
+    Settled here, in this order: the agent's stages, the env family's defaults (ENV_DEFAULTS), the gradient clip
+    by agent (PPO_GRAD_CLIP, DREAMER_GRAD_CLIP), minibatches and
     epochs (auto_scale_for_batch_size), the run name, and, given `env_spec` (envs.adapters.EnvSpec), the encoder
     and the observation storage dtype (resolve_for_env). Idempotent: a resolved config resolves to itself."""
     config = agent_config(config, config.agent)
@@ -521,6 +527,9 @@ def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
         config = config.replace(ent_coef=defaults["ent_coef"])
     if config.network.hidden_dim is None:
         config = config.replace(hidden_dim=defaults["hidden_dim"])
+    if config.ppo.max_grad_norm is None:
+        dreamer = any(name in DREAMER_STAGES for name in config.extra_stages)
+        config = config.replace(max_grad_norm=DREAMER_GRAD_CLIP if dreamer else PPO_GRAD_CLIP)
     if config.run.log_interval is None:
         work = config.batch_size * config.run.num_seeds  # not positive: validate below names the bad flag
         config = config.replace(log_interval=max(1, min(config.num_updates, AUTO_CHUNK_ENV_STEPS // work))
@@ -558,6 +567,7 @@ def resolve_for_env(config: TrainConfig, env_spec) -> TrainConfig:
     """The part of `resolve` that needs the env (`env_spec`: envs.adapters.EnvSpec): the encoder and the observation
     storage dtype. make_train calls it with the env it builds (entry points resolve before any env exists)."""
     unsettled = [name for name, value in (("ent_coef", config.ppo.ent_coef), ("hidden_dim", config.network.hidden_dim),
+                                          ("max_grad_norm", config.ppo.max_grad_norm),
                                           ("num_minibatches", config.ppo.num_minibatches),
                                           ("update_epochs", config.ppo.update_epochs),
                                           ("log_interval", config.run.log_interval)) if value is None]

@@ -50,7 +50,8 @@ def sizes_from(config, spec) -> rssm.RSSMSizes:
     return rssm.RSSMSizes(obs_dim=spec.obs_dim, action_dim=spec.action_dim, discrete=spec.discrete,
                           deter=config.stages.dtc.deter_dim, groups=config.stages.dtc.stoch_groups,
                           classes=config.stages.dtc.stoch_classes, hidden=config.stages.dtc.hidden_dim,
-                          unimix=config.stages.dtc.unimix, dtype=config.network.dtype)
+                          unimix=config.stages.dtc.unimix, dtype=config.network.dtype,
+                          mask_dim=spec.action_dim if spec.discrete and spec.has_action_mask else 0)
 
 
 def make_wm_optimizer(config):
@@ -74,6 +75,8 @@ def make_world_model(config, spec, score: bool = True):
                "reward": jax.ShapeDtypeStruct((seq_len,), jnp.float32),
                "terminated": jax.ShapeDtypeStruct((seq_len,), jnp.bool_),
                "done": jax.ShapeDtypeStruct((seq_len,), jnp.bool_)}
+    if sizes.mask_dim:  # the mask of each obs, for the mask head
+        example["action_mask"] = jax.ShapeDtypeStruct((seq_len, sizes.mask_dim), jnp.bool_)
     wm_steps = config.stages.dtc.wm_steps(config.batch_size)
 
     def init(key):
@@ -112,6 +115,8 @@ def make_world_model(config, spec, score: bool = True):
             novelty, h_last, parts = jnp.zeros(done.shape, jnp.float32), state.h, {}
         fresh = {"obs": batch["obs"], "next_obs": batch["next_obs"], "action": batch["action"],
                  "reward": batch["reward"], "terminated": batch["terminated"], "done": done}
+        if sizes.mask_dim:
+            fresh["action_mask"] = batch["action_mask"]
         replay = rp.replay_add(state.replay, rp.to_sequences(fresh, seq_len))
 
         def grad_step(carry, step_key):

@@ -19,8 +19,8 @@
 The actor and critic are the pipeline's own actor-critic network (networks.py), on observations: in the real
 env it acts on real observations through `nets.act`, exactly as PPO's does, so evaluation, watch_agent.py,
 export and checkpoints treat a dreamer agent like any other; in imagination it reads the decoded observation
-(symexp of the decoder's mean). Imagined states carry no action mask: every action is allowed there (the
-world model has no mask head; specs/dtc.md says what this means for masked envs).
+(symexp of the decoder's mean). On envs with action masks the world model's mask head gives each imagined state
+its mask (rssm.RSSM.mask_logits > 0); elsewhere every action is allowed.
 
 No gradient reaches the world model from the actor-critic loss: dreams are built from stopped parameters and
 the loss reads them as data (test_dreamer.py checks the gradient with respect to the world model is zero).
@@ -72,19 +72,23 @@ def start_states(model, wm_params, seq, key, burn_in: int = 0):
 def dream(model, wm_params, network, ac_params, h, z, key, horizon: int, with_novelty: bool):
     """Imagine `horizon` steps from start states (h [K, S, deter], z [K, S, stoch]) of all K members, the actor
     (params `ac_params`) choosing every action from member 0's decoded observation; all members take the same
-    actions. Returns (trajectory of [H, S, ...] arrays: obs (what the action was chosen from), action, reward,
+    actions. Returns (trajectory of [H, S, ...] arrays: obs (what the action was chosen from), mask (the actions
+    allowed there), action, reward,
     cont (probability the episode goes on), novelty (the members' disagreement about the next observation, zeros
     unless `with_novelty`); final_obs [S, D], the observation after the last step)."""
     sizes = model.sizes
     lead = member(wm_params, 0)
     decode_obs = lambda p, h, z: rssm.symexp(model.apply(p, h, z, method=rssm.RSSM.decode)[0])
     num_starts = h.shape[1]
-    mask = jnp.ones((num_starts, sizes.action_dim if sizes.discrete else 1), bool)
+    all_allowed = jnp.ones((num_starts, sizes.action_dim if sizes.discrete else 1), bool)
 
     def step(carry, step_key):
         h, z = carry
         key_act, key_z = jax.random.split(step_key)
         obs = decode_obs(lead, h[0], z[0])
+        # The imagined state's mask from member 0's mask head (envs with action masks); a state where the head
+        # allows nothing allows everything, as networks.effective_mask treats such rows.
+        mask = model.apply(lead, h[0], z[0], method=rssm.RSSM.mask_logits) > 0 if sizes.mask_dim else all_allowed
         _, action, _, _ = nets.act(network, ac_params, obs, mask, key_act)
         a_vec = rssm.action_vector(action, sizes)
         h = jax.vmap(lambda p, h, z: model.apply(p, h, z, a_vec, method=rssm.RSSM.gru_step))(wm_params, h, z)
@@ -97,8 +101,8 @@ def dream(model, wm_params, network, ac_params, h, z, key, horizon: int, with_no
             novelty = jnp.mean(jnp.var(means, axis=0), -1)
         else:
             novelty = jnp.zeros((num_starts,), jnp.float32)
-        out = {"obs": obs, "action": action, "reward": rssm.symexp(reward), "cont": jax.nn.sigmoid(cont_logit),
-               "novelty": novelty}
+        out = {"obs": obs, "mask": mask, "action": action, "reward": rssm.symexp(reward),
+               "cont": jax.nn.sigmoid(cont_logit), "novelty": novelty}
         return (h, z), out
 
     (h, z), traj = jax.lax.scan(step, (h, z), jax.random.split(key, horizon))
@@ -132,21 +136,34 @@ def lambda_returns(reward, cont, next_value, gamma, lam):
 def actor_critic_loss(network, ac_params, slow_params, traj, final_obs, reward, return_scale, hyper, opts):
     """DreamerV3-style loss on one batch of dreams (all inputs are data: no gradient leaves through them).
     Returns (total, (stats, returns))."""
-    mask = jnp.ones(traj["obs"].shape[:-1] + ((network.action_dim,) if network.discrete else (1,)), bool)
-    log_prob, entropy, out = nets.evaluate(network, ac_params, traj["obs"], mask, traj["action"])
-    slow_out = network.apply(slow_params, jnp.concatenate([traj["obs"], final_obs[None]]), method="value")
+    log_prob, entropy, out = nets.evaluate(network, ac_params, traj["obs"], traj["mask"], traj["action"])
+    # The slow critic is read only where it is used (static: regularisation weight, bootstrap source).
+    use_slow = opts.slow_critic_reg > 0 or opts.bootstrap == "slow"
+    slow_out = network.apply(slow_params, jnp.concatenate([traj["obs"], final_obs[None]]), method="value") \
+        if use_slow else None
     # symlog critic: the value head predicts symlog(value), so its targets and gradients stay O(1) as returns grow
     to_value = rssm.symexp if opts.symlog_critic else (lambda x: x)
     to_head = rssm.symlog if opts.symlog_critic else (lambda x: x)
-    value, slow_value = to_value(out), to_value(slow_out)
-    returns = lambda_returns(reward, traj["cont"], slow_value[1:], hyper["gamma"], hyper["gae_lambda"])
+    value = to_value(out)
+    if opts.bootstrap == "slow":
+        next_value = to_value(slow_out[1:])
+    else:  # DreamerV3: the critic itself, as data (its final value is read from final_obs)
+        final_out = network.apply(ac_params, final_obs, method="value")
+        next_value = sg(to_value(jnp.concatenate([out[1:], final_out[None]])))
+    returns = lambda_returns(reward, traj["cont"], next_value, hyper["gamma"], hyper["gae_lambda"])
     # A dream's step t counts as much as the chance that the episode is still going then (discounted).
     discount = hyper["gamma"] * traj["cont"]
     weight = sg(jnp.concatenate([jnp.ones_like(discount[:1]), jnp.cumprod(discount[:-1], 0)], 0))
-    advantage = sg((returns - value) / jnp.maximum(1.0, return_scale))
+    if opts.advantage_norm == "batch":  # PPO's: mean 0 and std 1 over this batch of dreams
+        raw = returns - value
+        advantage = sg((raw - jnp.mean(raw)) / (jnp.std(raw) + 1e-8))
+    else:  # DreamerV3's: divided by the return range (an EMA), so small advantages are not amplified
+        advantage = sg((returns - value) / jnp.maximum(1.0, return_scale))
     actor_loss = -jnp.mean(weight * (advantage * log_prob + opts.entropy * entropy))
-    critic_loss = jnp.mean(weight * 0.5 * ((out - sg(to_head(returns))) ** 2
-                                           + opts.slow_critic_reg * (out - sg(slow_out[:-1])) ** 2))
+    critic_error = (out - sg(to_head(returns))) ** 2
+    if opts.slow_critic_reg > 0:
+        critic_error = critic_error + opts.slow_critic_reg * (out - sg(slow_out[:-1])) ** 2
+    critic_loss = jnp.mean(weight * 0.5 * critic_error)
     total = actor_loss + hyper["vf_coef"] * critic_loss
     stats = {"pg_loss": actor_loss, "vf_loss": critic_loss, "total_loss": total, "entropy": jnp.mean(entropy),
              "dreamer/imagined_return": jnp.mean(returns[0]), "dreamer/imagined_reward": jnp.mean(reward),

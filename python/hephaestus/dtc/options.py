@@ -127,12 +127,21 @@ class DreamerOptions:
     """actor-critic gradient steps per world-model gradient step"""
     entropy: float = 3e-4
     """entropy regulariser on returns normalised to about [0, 1] (DreamerV3: 3e-4)"""
+    advantage_norm: Literal["batch", "range"] = "batch"
+    """batch: mean 0 and std 1 over each batch of dreams (PPO's); range: divided by max(1, the lambda-returns'
+    5th-95th percentile range), an EMA (DreamerV3's). On CartPole range learns slower and falls back: a critic that
+    lags its rising returns biases every advantage alike, which only centring removes (specs/dreamer.md)"""
     return_decay: float = 0.99
     """EMA decay of the return scale (the 5th-95th percentile range of the lambda-returns)"""
     slow_critic_decay: float = 0.98
-    """EMA decay of the slow critic (bootstraps the lambda-returns and regularises the critic)"""
-    slow_critic_reg: float = 1.0
-    """weight of the critic's regression towards the slow critic's values"""
+    """EMA decay of the slow critic (regularises the critic; bootstraps the lambda-returns with --dreamer-bootstrap
+    slow)"""
+    bootstrap: Literal["critic", "slow"] = "critic"
+    """the values the lambda-returns bootstrap from: critic (the critic itself, as data: DreamerV3) or slow (its
+    EMA copy: steadier targets, but values then climb towards long returns far more slowly)"""
+    slow_critic_reg: float = 0.0
+    """weight of the critic's regression towards the slow critic's values (DreamerV3: 1; on CartPole it keeps the
+    critic lagging and learning falls back, specs/dreamer.md)"""
     symlog_critic: bool = field(default=False, metadata={"values": "01"})
     """1: the value head predicts symlog(value) and regresses on symlog(lambda-return) (DreamerV3's critic
     works in symlog space), so its targets stay O(1) as returns grow; 0: it predicts the value itself"""

@@ -51,6 +51,8 @@ class RSSMSizes:
     hidden: int = 64
     unimix: float = 0.01
     dtype: str = "float32"
+    mask_dim: int = 0  # actions of the env's action mask (a mask head predicts it from the state); 0: no mask
+
 
     @property
     def stoch(self) -> int:
@@ -98,6 +100,8 @@ class RSSM(nn.Module):
         self.obs_logvar = self.param("obs_logvar", nn.initializers.zeros, (s.obs_dim,), jnp.float32)
         self.reward_head = _MLP(s.hidden, 1, dt, out_scale=0.1)
         self.cont_head = _MLP(s.hidden, 1, dt)
+        if s.mask_dim:  # which actions the env allows in this state: dreams need it to act (dreamer.py)
+            self.mask_head = _MLP(s.hidden, s.mask_dim, dt)
 
     def __call__(self, obs, action_vec, key):
         """Touches every submodule once (for `init`)."""
@@ -107,6 +111,8 @@ class RSSM(nn.Module):
         h2 = self.gru_step(h, z, action_vec)
         mean, logvar = self.decode(h2, sample_latent(key, self.prior_logits(h2)))
         reward, cont = self.heads(h2, z)
+        if self.sizes.mask_dim:
+            self.mask_logits(h2, z)
         return mean, logvar, reward, cont
 
     # --- pieces, each usable on its own (vmap/scan-friendly) ---------------------------------------
@@ -140,6 +146,10 @@ class RSSM(nn.Module):
     def heads(self, h, z_flat):
         feat = jnp.concatenate([h, z_flat], -1)
         return self.reward_head(feat)[..., 0], self.cont_head(feat)[..., 0]
+
+    def mask_logits(self, h, z_flat):
+        """Logit, per action, that the env allows it in state (h, z) (sizes.mask_dim > 0 only)."""
+        return self.mask_head(jnp.concatenate([h, z_flat], -1))
 
 
 def sample_latent(key, logits):
@@ -258,8 +268,13 @@ def member_loss(model: RSSM, params, seq, key, free_bits=1.0, kl_dyn=0.5, kl_rep
     cont = 1.0 - seq["terminated"].astype(jnp.float32)
     cont_loss = jnp.mean(optax_sigmoid_bce(cont_logit, cont))
     total = recon + pred + kl_dyn * dyn + kl_rep * rep + reward_loss + cont_loss
+    stats = {"wm/reward_loss": reward_loss, "wm/cont_loss": cont_loss}
+    if model.sizes.mask_dim:  # the mask of o_t from the state that decodes o_t, as the observation itself is
+        mask_logits = model.apply(params, out["h"], out["z"], method=RSSM.mask_logits)
+        stats["wm/mask_loss"] = jnp.mean(optax_sigmoid_bce(mask_logits, seq["action_mask"].astype(jnp.float32)))
+        total = total + stats["wm/mask_loss"]
     return total, {"wm/loss": total, "wm/recon_nll": recon, "wm/pred_nll": pred, "wm/recon_mse": mse, "wm/kl": kl,
-                   "wm/reward_loss": reward_loss, "wm/cont_loss": cont_loss}
+                   **stats}
 
 
 def optax_sigmoid_bce(logits, labels):
