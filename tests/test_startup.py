@@ -228,3 +228,17 @@ def test_the_cold_start_benchmark_runs_its_many_seeds_start():
                           "--configs", "seeds"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "seeds start 1/1: ok" in out.stdout and "hangs: 0 of 1 (ok 1)" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def test_the_startup_timeline_benchmark_times_the_run_setup_and_compile_lines_in_order(tmp_path):
+    """benchmarks/startup_timeline.py (issue 18's start-up figures): the three marks of a real start, in order."""
+    script = os.path.join(ROOT, "benchmarks", "startup_timeline.py")
+    out = subprocess.run([sys.executable, script, "--rounds", "1", "--checkpoint-dir", str(tmp_path), ROOT, "--",
+                          *TINY[:6], "--hidden-dim", "16"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    row = out.stdout.strip().splitlines()[-1].split()
+    run_line, setup_done, compile_done = (float(x) for x in row[2:5])
+    assert 0 < run_line <= setup_done <= compile_done and "compile:" in out.stdout
+    bad = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "has no scripts/train_purejaxrl.py" in bad.stderr
