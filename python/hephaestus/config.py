@@ -67,12 +67,13 @@ ENV_DEFAULTS = {"hackmatrix": {"ent_coef": 0.03},
 # line after one update instead of ten, ~13 s instead of ~2 min on that CPU).
 AUTO_CHUNK_ENV_STEPS = 65_536
 
-# PPO hyperparameters that are data, not compile-time constants: they live in `RunnerState.hyper` (float32, per
-# agent with --num-seeds), so runs and sweep points that differ only in them share one compiled program.
 # The gradient clip by agent: PPO's 0.5 (PureJaxRL's); the dreamer's actor and critic share one optimizer, and at 0.5
 # the critic's large regression gradients set the clip and shrink the actor's step with them (CartPole: slower and
 # less stable learning, specs/dreamer.md), so the dreamers clip at DreamerV3's 100.
 PPO_GRAD_CLIP, DREAMER_GRAD_CLIP = 0.5, 100.0
+
+# PPO hyperparameters that are data, not compile-time constants: they live in `RunnerState.hyper` (float32, per
+# agent with --num-seeds), so runs and sweep points that differ only in them share one compiled program.
 DATA_HYPERPARAMETERS = ("lr", "gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm")
 
 # --agent NAME -> (extra stages, flat config changes). ppo: none. dtc: world-model ensemble + dual-timescale

@@ -10,9 +10,11 @@
    posterior (sampled latents) and starts one dream from every posterior state (starts x seq_len dreams); a
    dream rolls the prior H steps, the actor choosing each action from member 0's *decoded observation*; member
    0's heads give each imagined transition's reward and continuation probability; lambda-returns bootstrap from
-   a slow (EMA) copy of the critic; the actor learns by REINFORCE on returns normalised by their 5th-95th
-   percentile range (an EMA, at least 1), with an entropy regulariser; the critic regresses on the returns and
-   towards the slow critic. With --dreamer-novelty-coef > 0 (dreamer-dtc) the imagined reward also holds the
+   the critic (--dreamer-bootstrap; or its slow EMA copy); the actor learns by REINFORCE on advantages
+   normalised per batch of dreams (--dreamer-advantage-norm; or DreamerV3's division by the returns' 5th-95th
+   percentile range), with an entropy regulariser; the critic regresses on the returns (and, with
+   --dreamer-slow-critic-reg > 0, towards the slow critic). With --dreamer-novelty-coef > 0 (dreamer-dtc) the
+   imagined reward also holds the
    members' disagreement about each imagined next observation (Plan2Explore), normalised and gained by
    competence as in part 1.
 
