@@ -14,9 +14,8 @@
    normalised per batch of dreams (--dreamer-advantage-norm; or DreamerV3's division by the returns' 5th-95th
    percentile range), with an entropy regulariser; the critic regresses on the returns (and, with
    --dreamer-slow-critic-reg > 0, towards the slow critic). With --dreamer-novelty-coef > 0 (dreamer-dtc) the
-   imagined reward also holds the
-   members' disagreement about each imagined next observation (Plan2Explore), normalised and gained by
-   competence as in part 1.
+   imagined reward also holds the members' disagreement about each imagined next observation (Plan2Explore),
+   normalised and gained by competence as in part 1.
 
 The actor and critic are the pipeline's own actor-critic network (networks.py), on observations: in the real
 env it acts on real observations through `nets.act`, exactly as PPO's does, so evaluation, watch_agent.py,
