@@ -529,8 +529,7 @@ def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
     if config.network.hidden_dim is None:
         config = config.replace(hidden_dim=defaults["hidden_dim"])
     if config.ppo.max_grad_norm is None:
-        dreamer = any(name in DREAMER_STAGES for name in config.extra_stages)
-        config = config.replace(max_grad_norm=DREAMER_GRAD_CLIP if dreamer else PPO_GRAD_CLIP)
+        config = config.replace(max_grad_norm=DREAMER_GRAD_CLIP if learns_by_dreaming(config) else PPO_GRAD_CLIP)
     if config.run.log_interval is None:
         work = config.batch_size * config.run.num_seeds  # not positive: validate below names the bad flag
         config = config.replace(log_interval=max(1, min(config.num_updates, AUTO_CHUNK_ENV_STEPS // work))
@@ -577,10 +576,15 @@ def resolve_for_env(config: TrainConfig, env_spec) -> TrainConfig:
     return config.replace(encoder=resolve_encoder(config, env_spec), obs_dtype=resolve_obs_dtype(config, env_spec))
 
 
+def learns_by_dreaming(config: TrainConfig) -> bool:
+    """Whether the dreamer's stage takes the place of the PPO update (--agent dreamer, dreamer-dtc)."""
+    return any(name in DREAMER_STAGES for name in config.extra_stages)
+
+
 def update_summary(config: TrainConfig) -> str:
     """What learns in one update, for the run's header and the benchmarks: PPO's minibatches x epochs, or, where the
     dreamer replaces the PPO update, its world-model and imagination gradient steps."""
-    if any(name in DREAMER_STAGES for name in config.extra_stages):
+    if learns_by_dreaming(config):
         wm_steps = config.stages.dtc.wm_steps(config.batch_size)
         return (f"dreamer: {wm_steps} world-model + {config.stages.dreamer.ac_steps(wm_steps)} imagination steps per "
                 "update")

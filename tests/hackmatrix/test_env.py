@@ -64,6 +64,12 @@ def test_api_contract():
     assert env.num_actions == 28 and env.name == "HackMatrix"
     assert isinstance(env.action_space(PARAMS), spaces.Discrete) and env.action_space(PARAMS).n == 28
     assert env.observation_space(PARAMS).spaces["obs"].shape == (1545,)
+    # gymnax's space contract, as envs/spaces.py copies it: samples lie in their space
+    action = env.action_space(PARAMS).sample(jax.random.PRNGKey(0))
+    assert action.shape == () and 0 <= int(action) < 28 and bool(env.action_space(PARAMS).contains(action))
+    assert not bool(env.action_space(PARAMS).contains(jnp.int32(28)))
+    sample = env.observation_space(PARAMS).sample(jax.random.PRNGKey(1))
+    assert sample["obs"].shape == (1545,) and sample["action_mask"].shape == (28,)
     p = env.default_params
     assert isinstance(p, EnvParams) and p.max_steps_in_episode == 1000
     obs, st = _resets()

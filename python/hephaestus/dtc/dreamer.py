@@ -138,10 +138,8 @@ def actor_critic_loss(network, ac_params, slow_params, traj, final_obs, reward, 
     """DreamerV3-style loss on one batch of dreams (all inputs are data: no gradient leaves through them).
     Returns (total, (stats, returns))."""
     log_prob, entropy, out = nets.evaluate(network, ac_params, traj["obs"], traj["mask"], traj["action"])
-    # The slow critic is read only where it is used (static: regularisation weight, bootstrap source).
-    use_slow = opts.slow_critic_reg > 0 or opts.bootstrap == "slow"
     slow_out = network.apply(slow_params, jnp.concatenate([traj["obs"], final_obs[None]]), method="value") \
-        if use_slow else None
+        if opts.reads_slow_critic else None
     # symlog critic: the value head predicts symlog(value), so its targets and gradients stay O(1) as returns grow
     to_value = rssm.symexp if opts.symlog_critic else (lambda x: x)
     to_head = rssm.symlog if opts.symlog_critic else (lambda x: x)
@@ -202,7 +200,9 @@ def make_dreamer(config, spec, network):
         traj, final_obs = imagine_from_replay(model, network, state.world.params, train_state.params, seq, key_dream,
                                               opts.horizon, with_novelty, opts.burn_in)
         state, reward, novelty_metrics = imagined_reward(state, traj)
-        slow = jax.tree.map(lambda s, p: jnp.where(state.slow_ready, s, p), state.slow_params, train_state.params)
+        slow = state.slow_params
+        if opts.reads_slow_critic:  # the first step's slow critic is the network itself
+            slow = jax.tree.map(lambda s, p: jnp.where(state.slow_ready, s, p), slow, train_state.params)
         grad_fn = jax.value_and_grad(actor_critic_loss, argnums=1, has_aux=True)
         (_, (stats, returns)), grads = grad_fn(network, train_state.params, slow, traj, final_obs, reward,
                                                state.return_scale, hyper, opts)
@@ -211,8 +211,9 @@ def make_dreamer(config, spec, network):
         lo, hi = jnp.percentile(returns, jnp.array([5.0, 95.0]))
         scale = jnp.where(state.slow_ready, opts.return_decay * state.return_scale + (1 - opts.return_decay) * (hi - lo),
                           hi - lo)
-        d = opts.slow_critic_decay
-        slow = jax.tree.map(lambda s, p: d * s + (1 - d) * p, slow, train_state.params)
+        if opts.reads_slow_critic:
+            d = opts.slow_critic_decay
+            slow = jax.tree.map(lambda s, p: d * s + (1 - d) * p, slow, train_state.params)
         state = state.replace(slow_params=slow, slow_ready=jnp.bool_(True), return_scale=scale)
         return (train_state, state), {**stats, **novelty_metrics, "dreamer/return_scale": scale}
 

@@ -149,6 +149,12 @@ class DreamerOptions:
     """weight of the ensemble's disagreement on imagined states (Plan2Explore), normalised, in the imagined reward;
     --agent dreamer-dtc sets it (with a competence gain as in part 1); needs --dtc-ensemble-size >= 2"""
 
+    @property
+    def reads_slow_critic(self) -> bool:
+        """Whether anything reads the slow critic: its regulariser or the returns' bootstrap. Where nothing does, it
+        is neither evaluated in the loss nor updated."""
+        return self.slow_critic_reg > 0 or self.bootstrap == "slow"
+
     def ac_steps(self, wm_steps: int) -> int:
         """Actor-critic gradient steps per update: ac_ratio x world-model steps, rounded, at least 1."""
         return max(1, round(self.ac_ratio * max(wm_steps, 1)))

@@ -53,7 +53,6 @@ class RSSMSizes:
     dtype: str = "float32"
     mask_dim: int = 0  # actions of the env's action mask (a mask head predicts it from the state); 0: no mask
 
-
     @property
     def stoch(self) -> int:
         return self.groups * self.classes
