@@ -125,6 +125,24 @@ def test_flags_and_config_from_args_agree():
     assert resolve(config.replace(extra_stages=()))[0].extra_stages == ("rnd",)
 
 
+def test_an_agents_values_fill_auto_options_and_a_given_flag_wins():
+    def resolved(*argv):
+        return resolve(config_from_args(build_parser().parse_args(["--env", "gymnax:CartPole-v1", *argv])))[0]
+
+    dreamer = resolved("--agent", "dreamer")
+    assert (dreamer.stages.dtc.ensemble_size, dreamer.stages.dreamer.novelty_coef) == (1, 0.0)
+    assert resolved("--agent", "dreamer", "--dtc-ensemble-size", "3").stages.dtc.ensemble_size == 3
+    assert resolved("--agent", "dtc").stages.dtc.ensemble_size == 5
+    assert resolved("--agent", "dreamer-dtc").stages.dreamer.novelty_coef == 1.0
+    assert resolved("--agent", "dreamer-dtc", "--dreamer-novelty-coef", "0.3").stages.dreamer.novelty_coef == 0.3
+    assert resolved("--agent", "dtc").stages.dtc.competence_coef == 1.0
+    assert resolved("--agent", "dtc", "--dtc-competence-coef", "0.5").stages.dtc.competence_coef == 0.5
+    assert resolved("--agent", "disagreement").stages.dtc.competence_coef == 0.0
+    with pytest.raises(ConfigError, match="--agent disagreement is dtc with competence off"):
+        resolved("--agent", "disagreement", "--dtc-competence-coef", "0.5")
+    assert None not in (resolved().stages.dtc.ensemble_size, resolved().stages.dreamer.novelty_coef)
+
+
 def test_resolve_settles_every_auto_once_and_is_idempotent():
     from hephaestus.envs.adapters import EnvSpec
 

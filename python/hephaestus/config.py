@@ -76,15 +76,18 @@ PPO_GRAD_CLIP, DREAMER_GRAD_CLIP = 0.5, 100.0
 # agent with --num-seeds), so runs and sweep points that differ only in them share one compiled program.
 DATA_HYPERPARAMETERS = ("lr", "gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm")
 
-# --agent NAME -> (extra stages, flat config changes). ppo: none. dtc: world-model ensemble + dual-timescale
+# --agent NAME -> (extra stages, values of auto options). ppo: none. dtc: world-model ensemble + dual-timescale
 # intrinsic reward. disagreement: the same with competence off (plain ensemble disagreement). rnd: Random Network
 # Distillation. count: tabular count bonus (the oracle on small discrete envs). dreamer: actor-critic in the
 # imagination of a one-member world model, in place of GAE and PPO (dtc/dreamer.py). dreamer-dtc: the same with a
 # 5-member ensemble whose disagreement on imagined states, gained by competence, joins the imagined reward.
+# An agent's values fill only options left auto (None): a flag the user gives wins (--agent dreamer
+# --dtc-ensemble-size 3 trains 3 members); options no agent sets take AGENT_AUTO_FALLBACKS.
 AGENTS = {"ppo": ((), {}), "dtc": (DTC_STAGES, {}), "disagreement": (DTC_STAGES, {"dtc_competence_coef": 0.0}),
           "rnd": (("rnd",), {}), "count": (("count_bonus",), {}),
           "dreamer": (DREAMER_STAGES, {"dtc_ensemble_size": 1, "dreamer_novelty_coef": 0.0}),
           "dreamer-dtc": (DREAMER_STAGES, {"dreamer_novelty_coef": 1.0})}
+AGENT_AUTO_FALLBACKS = {"dtc_ensemble_size": 5, "dtc_competence_coef": 1.0, "dreamer_novelty_coef": 0.0}
 OBS_READING_STAGES = DTC_STAGES + DREAMER_STAGES + ("rnd", "count_bonus")
 
 
@@ -518,11 +521,15 @@ def auto_scale_for_batch_size(num_envs: int, num_steps: int) -> tuple[int, int]:
 def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
     """Settle every auto option and validate. Returns the resolved config and a one-line note for the console.
 
-    Settled here, in this order: the agent's stages, the env family's defaults (ENV_DEFAULTS), the gradient clip
+    Settled here, in this order: the agent's stages and its values of auto options (AGENTS, then
+    AGENT_AUTO_FALLBACKS), the env family's defaults (ENV_DEFAULTS), the gradient clip
     by agent (PPO_GRAD_CLIP, DREAMER_GRAD_CLIP), minibatches and
     epochs (auto_scale_for_batch_size), the run name, and, given `env_spec` (envs.adapters.EnvSpec), the encoder
     and the observation storage dtype (resolve_for_env). Idempotent: a resolved config resolves to itself."""
     config = agent_config(config, config.agent)
+    table = options()
+    config = config.replace(**{name: value for name, value in AGENT_AUTO_FALLBACKS.items()
+                               if table[name].get(config) is None})
     defaults = env_defaults(config.env.name)
     if config.ppo.ent_coef is None:
         config = config.replace(ent_coef=defaults["ent_coef"])
@@ -570,7 +577,9 @@ def resolve_for_env(config: TrainConfig, env_spec) -> TrainConfig:
                                           ("max_grad_norm", config.ppo.max_grad_norm),
                                           ("num_minibatches", config.ppo.num_minibatches),
                                           ("update_epochs", config.ppo.update_epochs),
-                                          ("log_interval", config.run.log_interval)) if value is None]
+                                          ("log_interval", config.run.log_interval),
+                                          *((name, options()[name].get(config)) for name in AGENT_AUTO_FALLBACKS))
+                  if value is None]
     if unsettled:
         raise ConfigError(f"{', '.join(unsettled)} not settled: resolve(config) first (config.py)")
     return config.replace(encoder=resolve_encoder(config, env_spec), obs_dtype=resolve_obs_dtype(config, env_spec))
@@ -596,11 +605,16 @@ def agent_config(config: TrainConfig, agent: str) -> TrainConfig:
     already all there keep their order, so settling an agent twice changes nothing."""
     if agent not in AGENTS:
         raise ConfigError(f"unknown agent {agent!r}; choose from {', '.join(AGENTS)}")
-    stages, changes = AGENTS[agent]
+    stages, values = AGENTS[agent]
+    if agent == "disagreement" and config.stages.dtc.competence_coef not in (None, 0.0):
+        raise ConfigError(f"--agent disagreement is dtc with competence off; --dtc-competence-coef "
+                          f"{config.stages.dtc.competence_coef:g} needs --agent dtc")
     extra = config.extra_stages
     if not set(stages) <= set(extra):
         extra = tuple(stages) + tuple(s for s in extra if s not in stages)
-    return config.replace(agent=agent, extra_stages=extra, **changes)
+    table = options()
+    auto = {name: value for name, value in values.items() if table[name].get(config) is None}
+    return config.replace(agent=agent, extra_stages=extra, **auto)
 
 
 def resolve_encoder(config: TrainConfig, spec) -> str:

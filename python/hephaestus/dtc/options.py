@@ -23,7 +23,7 @@ DREAMER_STAGES = ("dreamer",)
 class DTCOptions:
     """DTC world model and intrinsic reward (specs/dtc.md)"""
 
-    ensemble_size: int = 5
+    ensemble_size: int | None = field(default=None, metadata={"default_text": "auto: 1 for --agent dreamer, else 5"})
     """world-model ensemble members K (parameters stacked on a leading axis and vmapped)"""
     deter_dim: int = 64
     """RSSM deterministic (GRU) state size"""
@@ -68,7 +68,8 @@ class DTCOptions:
     design's); 0 = the plain signal (for disagreement: Plan2Explore's)"""
     intrinsic_coef: float = field(default=0.05, metadata={"flag": "--intrinsic-coef"})
     """intrinsic reward weight: reward += coef x (novelty + competence term)"""
-    competence_coef: float = 1.0
+    competence_coef: float | None = field(default=None, metadata={
+        "default_text": "auto: 0 for --agent disagreement, else 1"})
     """gain of competence on novelty (0 = disagreement alone)"""
     fast_rate: float = 0.1
     """C_fast = EMA(novelty, fast rate)"""
@@ -145,9 +146,10 @@ class DreamerOptions:
     symlog_critic: bool = field(default=False, metadata={"values": "01"})
     """1: the value head predicts symlog(value) and regresses on symlog(lambda-return) (DreamerV3's critic
     works in symlog space), so its targets stay O(1) as returns grow; 0: it predicts the value itself"""
-    novelty_coef: float = 0.0
-    """weight of the ensemble's disagreement on imagined states (Plan2Explore), normalised, in the imagined reward;
-    --agent dreamer-dtc sets it (with a competence gain as in part 1); needs --dtc-ensemble-size >= 2"""
+    novelty_coef: float | None = field(default=None, metadata={
+        "default_text": "auto: 1 for --agent dreamer-dtc, else 0"})
+    """weight of the ensemble's disagreement on imagined states (Plan2Explore), normalised, in the imagined reward
+    (with a competence gain as in part 1); needs --dtc-ensemble-size >= 2"""
 
     @property
     def reads_slow_critic(self) -> bool:
