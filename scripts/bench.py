@@ -299,6 +299,8 @@ CASES = {
                                                            updates_per_chunk=4, num_seeds=4)),
     "hackmatrix-ppo-2048x128-cells": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
                                                              updates_per_chunk=1, encoder="cells")),
+    "hackmatrix-ppo-2048x128-salience": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
+                                                                updates_per_chunk=1, encoder="salience")),
     "hackmatrix-ppo-2048x128-f32": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
                                                            updates_per_chunk=1, obs_dtype="float32")),
     # Half-width MLP (128): 1.65x the default's speed. Not the default: in 2e6-step runs at HackMatrix's entropy

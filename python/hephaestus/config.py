@@ -47,7 +47,7 @@ REFERENCE_MINIBATCHES = 4
 REFERENCE_EPOCHS = 4
 MAX_MINIBATCHES = 64
 MIN_EPOCHS = 2
-ENCODERS = ("auto", "mlp", "cells")
+ENCODERS = ("auto", "mlp", "cells", "salience")
 OBS_DTYPES = ("auto", "float32", "bfloat16", "uint8")
 # Hyperparameters whose default depends on the environment family (the part of --env before ":"): a field left
 # at None (auto) takes its family's value, else FALLBACK_DEFAULTS'. HackMatrix: with an entropy bonus of 0.01,
@@ -175,12 +175,16 @@ class NetworkConfig:
     """hidden activation"""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """matmul dtype; parameters and reductions stay float32"""
-    encoder: Literal["auto", "mlp", "cells"] = "auto"
+    encoder: Literal["auto", "mlp", "cells", "salience"] = "auto"
     """observation encoder: cells embeds each board cell with shared weights (envs declaring obs_cells, e.g.
-    hackmatrix: half the multiply-adds of an MLP reading all 1545 inputs, and a translation-invariant prior), mlp
-    feeds the flat observation; auto = mlp for now (cells did not yet learn as well on HackMatrix: resolve_encoder)"""
+    hackmatrix: half the multiply-adds of an MLP reading all 1545 inputs, and a translation-invariant prior);
+    salience embeds the cells likewise (plus their positions) and pools them by --salience-heads learned
+    attention heads into a few vectors (the DTC design's salience pooling); mlp feeds the flat observation;
+    auto = mlp for now (cells did not yet learn as well on HackMatrix: resolve_encoder)"""
     cell_dim: int = 16
-    """per-cell embedding width of the cells encoder"""
+    """per-cell embedding width of the cells and salience encoders"""
+    salience_heads: int = 4
+    """pooling heads of the salience encoder (its output: flat features + heads x cell-dim)"""
     obs_dtype: Literal["auto", "float32", "bfloat16", "uint8"] = "auto"
     """how the rollout buffer stores observations (the largest array of a rollout): uint8 is exact for envs
     declaring obs_quanta (hackmatrix) at a quarter of float32's memory; bfloat16 halves it, rounding what the
@@ -622,8 +626,8 @@ def resolve_encoder(config: TrainConfig, spec) -> str:
     that does not declare its cell structure."""
     cells = getattr(spec, "obs_cells", None)
     encoder = config.network.encoder
-    if encoder == "cells" and not cells:
-        raise ConfigError(f"--encoder cells needs an env that declares obs_cells (flat, cells, channels); "
+    if encoder in ("cells", "salience") and not cells:
+        raise ConfigError(f"--encoder {encoder} needs an env that declares obs_cells (flat, cells, channels); "
                           f"{config.env.name} does not (use --encoder mlp)")
     if encoder == "auto":
         # mlp even where cells are declared: on HackMatrix (2e6 steps, 64 envs, exact uint8 storage) cells made
@@ -661,7 +665,8 @@ def validate(config: TrainConfig) -> None:
     if not -2**63 <= run.seed < 2**63:
         raise ConfigError(f"--seed must fit in 64 bits (-2^63 to 2^63-1), got {run.seed}")
     positive = (("num_envs", env), ("num_steps", env), ("total_timesteps", env), ("num_minibatches", ppo),
-                ("update_epochs", ppo), ("hidden_dim", net), ("log_interval", run), ("num_seeds", run))
+                ("update_epochs", ppo), ("hidden_dim", net), ("salience_heads", net), ("log_interval", run),
+                ("num_seeds", run))
     for name, section in positive:
         if getattr(section, name) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(section, name)}")

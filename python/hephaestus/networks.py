@@ -8,7 +8,9 @@ every output are float32.
 Encoders (`--encoder`): `mlp` feeds the flat observation to each MLP. `cells`, for envs that declare
 `obs_cells = (flat, cells, channels)` (obs = flat features, then cells x channels row-major), first maps every
 cell's channels through one Dense(channels -> cell_dim) shared by all cells (a 1x1 convolution over the board),
-then concatenates the flat features and the cell embeddings before the usual MLPs. On HackMatrix that turns the
+then concatenates the flat features and the cell embeddings before the usual MLPs (`salience`: the cell
+embeddings, each with a learned position embedding, are salience-pooled into a few vectors instead: SaliencePool,
+the DTC design's bottleneck; the flat features are the pooling's context). On HackMatrix `cells` turns the
 1545-wide first layer (85% of the arithmetic) into 42 -> 16 per cell plus 609 -> hidden: about half the
 multiply-adds of the whole network. The encoder (688 parameters) is shared by actor and critic, so it runs once
 per observation; a shared torso would halve the rest too, but the torsos stay separate for the reason above.
@@ -80,6 +82,61 @@ class CellEncoder(nn.Module):
         return jnp.concatenate([x[..., :flat].astype(emb.dtype), emb], axis=-1)
 
 
+class SaliencePool(nn.Module):
+    """Salience pooling (the DTC design's actor-critic bottleneck): tokens [..., L, D] and a context [..., C] ->
+    (pooled [..., heads * D], weights [..., heads, L]). Each head scores every token with a small additive-attention
+    net, s_l = v . tanh(W_t z_l + W_c context), takes W = softmax over the L tokens and returns sum_l W_l z_l: a
+    fixed-size summary whatever the number of tokens, made of the tokens the heads find salient. The context
+    (e.g. the player's own features) lets what is salient depend on the situation. Scores and weights are float32."""
+
+    heads: int
+    hidden: int
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, tokens, context):
+        dense = lambda n, name: nn.Dense(n, kernel_init=nn.initializers.orthogonal(1.0), bias_init=nn.initializers.zeros,
+                                         dtype=self.dtype, param_dtype=jnp.float32, name=name)
+        hidden = dense(self.hidden, "token")(tokens) + dense(self.hidden, "context")(context)[..., None, :]
+        scores = dense(self.heads, "score")(jnp.tanh(hidden)).astype(jnp.float32)  # [..., L, heads]
+        weights = jax.nn.softmax(scores, axis=-2)
+        pooled = jnp.einsum("...lh,...ld->...hd", weights, tokens.astype(jnp.float32))
+        return pooled.reshape(pooled.shape[:-2] + (-1,)), jnp.swapaxes(weights, -1, -2)
+
+
+class SalienceEncoder(nn.Module):
+    """[..., flat + cells * channels] -> [..., flat + heads * cell_dim]: each cell embedded by one shared Dense plus
+    a learned embedding of its position (pooling forgets where a token was, the position embedding keeps it in the
+    token), then salience-pooled with the flat features as context. `weights(x)`: [..., heads, cells]."""
+
+    obs_cells: tuple[int, int, int]  # (flat, cells, channels)
+    cell_dim: int
+    heads: int
+    activation: str = "tanh"
+    dtype: jnp.dtype = jnp.float32
+
+    def setup(self):
+        _, cells, _ = self.obs_cells
+        self.cell = nn.Dense(self.cell_dim, kernel_init=nn.initializers.orthogonal(math.sqrt(2)),
+                             bias_init=nn.initializers.zeros, dtype=self.dtype, param_dtype=jnp.float32)
+        self.position = self.param("position", nn.initializers.normal(0.1), (cells, self.cell_dim), jnp.float32)
+        self.pool = SaliencePool(self.heads, self.cell_dim, self.dtype)
+
+    def _pool(self, x):
+        flat, cells, channels = self.obs_cells
+        act = nn.tanh if self.activation == "tanh" else nn.relu
+        board = x[..., flat:].reshape(x.shape[:-1] + (cells, channels))
+        tokens = act(self.cell(board) + self.position.astype(self.dtype))
+        return self.pool(tokens, x[..., :flat])
+
+    def __call__(self, x):
+        pooled, _ = self._pool(x)
+        return jnp.concatenate([x[..., :self.obs_cells[0]].astype(jnp.float32), pooled], axis=-1).astype(self.dtype)
+
+    def weights(self, x):
+        return self._pool(x)[1]
+
+
 class ActorCritic(nn.Module):
     """`__call__(obs) -> (policy_params, value)`; `policy_params` are logits (discrete) or means (continuous)."""
 
@@ -92,6 +149,7 @@ class ActorCritic(nn.Module):
     obs_dtype: jnp.dtype = jnp.float32  # the rollout's storage dtype: bfloat16 rounds the inputs first
     obs_cells: tuple[int, int, int] | None = None  # (flat, cells, channels) for the cell encoder; None: MLP
     cell_dim: int = 16
+    salience_heads: int = 0  # > 0: the cells are salience-pooled by this many heads (SalienceEncoder)
     # Continuous envs: the bounds `act` clips the action the env receives to (no parameters; empty if discrete).
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
@@ -104,7 +162,10 @@ class ActorCritic(nn.Module):
         dims = (self.hidden_dim,) * self.num_layers
         self.actor = MLP(dims, self.action_dim, 0.01, self.activation, self.dtype)
         self.critic = MLP(dims, 1, 1.0, self.activation, self.dtype)
-        if self.obs_cells is not None:
+        if self.obs_cells is not None and self.salience_heads > 0:
+            self.encoder = SalienceEncoder(self.obs_cells, self.cell_dim, self.salience_heads, self.activation,
+                                           self.dtype)
+        elif self.obs_cells is not None:
             self.encoder = CellEncoder(self.obs_cells, self.cell_dim, self.activation, self.dtype)
         if self.normalize_obs:
             self.obs_norm = self.variable(OBS_NORM, "moments", initial_moments, self.obs_dim)
@@ -112,12 +173,19 @@ class ActorCritic(nn.Module):
             # State-independent log std, as in PPO's continuous-control setup.
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,), jnp.float32)
 
-    def encode(self, obs):
+    def _inputs(self, obs):
         x = round_obs(obs, self.obs_dtype)
         if self.normalize_obs:
             x = standardise(x, self.obs_norm.value)
-        x = x.astype(self.dtype)
+        return x.astype(self.dtype)
+
+    def encode(self, obs):
+        x = self._inputs(obs)
         return x if self.obs_cells is None else self.encoder(x)
+
+    def salience(self, obs):
+        """The salience encoder's weights [..., heads, cells] on `obs` (what each head attends to)."""
+        return self.encoder.weights(self._inputs(obs))
 
     def __call__(self, obs):
         x = self.encode(obs)
@@ -168,9 +236,10 @@ class NetworkSpec:
     hidden_dim: int
     num_layers: int
     activation: str = "tanh"
-    encoder: str = "mlp"  # mlp | cells
-    obs_cells: tuple[int, int, int] | None = None  # (flat, cells, channels), with the cells encoder only
-    cell_dim: int = 16  # per-cell embedding width, with the cells encoder only
+    encoder: str = "mlp"  # mlp | cells | salience
+    obs_cells: tuple[int, int, int] | None = None  # (flat, cells, channels), with the cells and salience encoders
+    cell_dim: int = 16  # per-cell embedding width, with the cells and salience encoders
+    salience_heads: int = 4  # pooling heads, with the salience encoder only
     obs_dtype: str = "float32"  # the rollout's observation storage (obs_storage.py): bfloat16 rounds the inputs
     dtype: str = "float32"  # matmul dtype; parameters and outputs are float32
     action_low: tuple[float, ...] = ()  # continuous: the bounds `act` clips env actions to
@@ -179,8 +248,9 @@ class NetworkSpec:
 
     # What a field means when a file predates it (exports and checkpoints before the cells encoder, the storage
     # dtype and the recorded matmul dtype are float32 MLPs).
-    META_DEFAULTS: ClassVar[dict] = {"activation": "tanh", "encoder": "mlp", "cell_dim": 16,
+    META_DEFAULTS: ClassVar[dict] = {"activation": "tanh", "encoder": "mlp", "cell_dim": 16, "salience_heads": 4,
                                      "obs_dtype": "float32", "dtype": "float32", "normalize_obs": False}
+    CELL_ENCODERS: ClassVar[tuple] = ("cells", "salience")  # the encoders that read obs_cells
     META_REQUIRED: ClassVar[tuple] = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers")
 
     @classmethod
@@ -188,12 +258,13 @@ class NetworkSpec:
         """The network `config` asks for on the env `env_spec` (envs.adapters.EnvSpec). Raises ConfigError for
         --encoder cells on an env without cells."""
         encoder = resolve_encoder(config, env_spec)
-        cells = encoder == "cells"
+        cells = encoder in cls.CELL_ENCODERS
         net = config.network
         return cls(obs_dim=env_spec.obs_dim, action_dim=env_spec.action_dim, discrete=env_spec.discrete,
                    hidden_dim=net.hidden_dim, num_layers=net.num_layers, activation=net.activation,
                    encoder=encoder, obs_cells=tuple(env_spec.obs_cells) if cells else None,
                    cell_dim=net.cell_dim if cells else cls.META_DEFAULTS["cell_dim"],
+                   salience_heads=net.salience_heads if encoder == "salience" else cls.META_DEFAULTS["salience_heads"],
                    obs_dtype=resolve_obs_dtype(config, env_spec), dtype=net.dtype,
                    action_low=tuple(env_spec.action_low), action_high=tuple(env_spec.action_high),
                    normalize_obs=bool(net.normalize_obs))
@@ -205,8 +276,10 @@ class NetworkSpec:
                 "hidden_dim": self.hidden_dim, "num_layers": self.num_layers, "activation": self.activation,
                 "encoder": self.encoder, "obs_dtype": self.obs_dtype, "dtype": self.dtype,
                 "normalize_obs": self.normalize_obs}
-        if self.encoder == "cells":
+        if self.encoder in self.CELL_ENCODERS:
             meta.update(obs_cells=list(self.obs_cells), cell_dim=self.cell_dim)
+        if self.encoder == "salience":
+            meta.update(salience_heads=self.salience_heads)
         return meta
 
     @classmethod
@@ -214,17 +287,18 @@ class NetworkSpec:
         """The spec `to_meta` wrote (or an older file's, with META_DEFAULTS for what it lacks). Raises
         ValueError naming the fields a damaged description lacks."""
         missing = [k for k in cls.META_REQUIRED if k not in meta]
-        if meta.get("encoder") == "cells" and "obs_cells" not in meta:
+        if meta.get("encoder") in cls.CELL_ENCODERS and "obs_cells" not in meta:
             missing.append("obs_cells")
         if missing:
             raise ValueError(f"network metadata lacks {', '.join(missing)}")
         net = {**cls.META_DEFAULTS, **meta}
-        cells = net["encoder"] == "cells"
+        cells = net["encoder"] in cls.CELL_ENCODERS
         return cls(obs_dim=int(net["obs_dim"]), action_dim=int(net["action_dim"]), discrete=bool(net["discrete"]),
                    hidden_dim=int(net["hidden_dim"]), num_layers=int(net["num_layers"]),
                    activation=net["activation"], encoder=net["encoder"],
                    obs_cells=tuple(int(n) for n in net["obs_cells"]) if cells else None,
-                   cell_dim=int(net["cell_dim"]), obs_dtype=net["obs_dtype"], dtype=net["dtype"],
+                   cell_dim=int(net["cell_dim"]), salience_heads=int(net["salience_heads"]),
+                   obs_dtype=net["obs_dtype"], dtype=net["dtype"],
                    action_low=tuple(float(x) for x in net.get("action_low", ())),
                    action_high=tuple(float(x) for x in net.get("action_high", ())),
                    normalize_obs=bool(net["normalize_obs"]))
@@ -234,6 +308,7 @@ class NetworkSpec:
                            num_layers=self.num_layers, activation=self.activation,
                            dtype=jnp.bfloat16 if self.dtype == "bfloat16" else jnp.float32,
                            obs_dtype=jnp.dtype(self.obs_dtype), obs_cells=self.obs_cells, cell_dim=self.cell_dim,
+                           salience_heads=self.salience_heads if self.encoder == "salience" else 0,
                            action_low=self.action_low, action_high=self.action_high,
                            normalize_obs=self.normalize_obs, obs_dim=self.obs_dim)
 
