@@ -286,6 +286,18 @@ CASES = {
                                                        updates_per_chunk=4, agent="dreamer")),
     "cartpole-64x128-dreamer-dtc": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64,
                                                            num_steps=128, updates_per_chunk=4, agent="dreamer-dtc")),
+    # The boredom-driven horizon (--dreamer-horizons): what a bored agent's 8-step dreams save against 64-step ones,
+    # and what compiling the four lengths side by side costs (a fresh agent is not bored: it dreams 64).
+    "cartpole-64x128-dreamer-dtc-h8": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64,
+                                                              num_steps=128, updates_per_chunk=4, agent="dreamer-dtc",
+                                                              dreamer_horizon=8)),
+    "cartpole-64x128-dreamer-dtc-h64": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64,
+                                                               num_steps=128, updates_per_chunk=4, agent="dreamer-dtc",
+                                                               dreamer_horizon=64)),
+    "cartpole-64x128-dreamer-dtc-horizons": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64,
+                                                                    num_steps=128, updates_per_chunk=4,
+                                                                    agent="dreamer-dtc",
+                                                                    dreamer_horizons=(8, 16, 32, 64))),
     "hackmatrix-random-2048": (bench_random_policy, dict(env_name="hackmatrix", num_envs=2048, steps_per_chunk=64)),
     # Defaults (auto: MLP, exact uint8 observation storage), the cells encoder on the same storage, and the MLP on
     # float32 storage (the default before uint8); issue 3's targets at 2048 x 128: >= 18,000 env steps/s, peak

@@ -141,6 +141,13 @@ def test_an_agents_values_fill_auto_options_and_a_given_flag_wins():
     with pytest.raises(ConfigError, match="--agent disagreement is dtc with competence off"):
         resolved("--agent", "disagreement", "--dtc-competence-coef", "0.5")
     assert None not in (resolved().stages.dtc.ensemble_size, resolved().stages.dreamer.novelty_coef)
+    # A tuple of whole numbers (--dreamer-horizons) parses from the command line and from a file's list.
+    assert resolved("--agent", "dreamer-dtc", "--dreamer-horizons", "8,16").stages.dreamer.horizons == (8, 16)
+    assert cfg.options()["dreamer_horizons"].check([8, 16], "file") == (8, 16)
+    with pytest.raises(ConfigError, match="expected a list of whole numbers"):
+        cfg.options()["dreamer_horizons"].check(["8"], "file")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--dreamer-horizons", "8,x"])
 
 
 def test_resolve_settles_every_auto_once_and_is_idempotent():

@@ -213,9 +213,9 @@ def test_dreamer_trains_and_resumes_exactly(tmp_path, capsys):
     assert {"pg_loss", "vf_loss", "entropy", "wm/loss", "dreamer/imagined_return"} <= set(last)
 
 
-def test_dreamer_dtc_adds_the_members_disagreement_to_the_imagined_reward():
-    """One update of the dreamer-dtc stage on a fake rollout: the imagined reward holds a positive novelty bonus
-    (members disagree), competence is tracked, and both the actor-critic and the world model learn."""
+def dreamer_dtc_update(**overrides):
+    """A tiny dreamer-dtc stage (one world-model and one actor-critic step per update) on a fake rollout: returns
+    (update(state) -> (train_state, new_state, metrics), the initial stage state, the initial train state)."""
     from hephaestus.dtc.dreamer import make_dreamer
     from hephaestus.envs.registry import make_env
     from hephaestus.runner_state import fresh_agent, make_optimizer
@@ -224,7 +224,7 @@ def test_dreamer_dtc_adds_the_members_disagreement_to_the_imagined_reward():
                  dtc_wm_batch=2, dtc_ensemble_size=2, dtc_deter_dim=8, dtc_hidden_dim=8, dtc_stoch_groups=2,
                  dtc_stoch_classes=2, dtc_replay_capacity=8, dreamer_starts=2, dreamer_horizon=3, hidden_dim=8,
                  num_layers=1)
-    config, _ = resolve(TrainConfig().replace(**flags))
+    config, _ = resolve(TrainConfig().replace(**{**flags, **overrides}))
     spec = make_env(config.env.name).spec
     network = nets.make_network(spec, config)
     init, apply = make_dreamer(config, spec, network)
@@ -235,10 +235,44 @@ def test_dreamer_dtc_adds_the_members_disagreement_to_the_imagined_reward():
     batch = {"obs": obs, "next_obs": jnp.roll(obs, -1, 0), "action": jnp.zeros((t, n), jnp.int32),
              "reward": jnp.ones((t, n)), "terminated": jnp.zeros((t, n), bool).at[-1].set(True),
              "truncated": jnp.zeros((t, n), bool)}
-    state = init(jax.random.PRNGKey(2))
-    train_state, _, new_state, metrics = jax.jit(apply)(jax.random.PRNGKey(3), runner.train_state, batch, state, hyper)
+    jitted = jax.jit(apply)
+
+    def update(state):
+        train_state, _, new_state, metrics = jitted(jax.random.PRNGKey(3), runner.train_state, batch, state, hyper)
+        return train_state, new_state, metrics
+
+    return update, init(jax.random.PRNGKey(2)), runner.train_state
+
+
+def test_dreamer_dtc_adds_the_members_disagreement_to_the_imagined_reward():
+    """One update of the dreamer-dtc stage on a fake rollout: the imagined reward holds a positive novelty bonus
+    (members disagree), competence is tracked, and both the actor-critic and the world model learn."""
+    update, state, first_train_state = dreamer_dtc_update()
+    train_state, new_state, metrics = update(state)
     assert float(metrics["dtc/novelty_raw"]) > 0 and float(metrics["dtc/intrinsic_reward"]) > 0
     assert float(new_state.intrinsic.updates) == metrics["dreamer/ac_steps"]  # one competence step per AC step
     moved = lambda a, b: any(bool(jnp.any(x != y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
-    assert moved(train_state.params, runner.train_state.params) and moved(new_state.world.params, state.world.params)
+    assert moved(train_state.params, first_train_state.params) and moved(new_state.world.params, state.world.params)
     assert bool(new_state.slow_ready) and not bool(state.slow_ready)
+
+
+def test_boredom_picks_the_dream_length_among_compiled_ones():
+    """--dreamer-horizons: the longest compiled length not above the boredom-driven horizon; a bored agent's step
+    is exactly the fixed-length step at the shortest length, a fresh one's dreams the longest."""
+    from hephaestus.dtc.dreamer import horizon_index
+
+    lengths = (8, 16, 32, 64)
+    assert [int(horizon_index(jnp.float32(b), lengths, 8, 64)) for b in (0.0, 0.5, 0.9, 1.0)] == [3, 2, 0, 0]
+    assert int(horizon_index(jnp.float32(1.0), (16, 32), 8, 64)) == 0  # none short enough: the shortest
+    switch, state, _ = dreamer_dtc_update(dreamer_horizons=(3, 6), dtc_min_horizon=3, dtc_max_horizon=6)
+    fixed, _, _ = dreamer_dtc_update()  # dreamer_horizon 3: the program of the test above
+    bored = state.replace(intrinsic=state.intrinsic.replace(boredom=jnp.float32(1.0)))
+    (ts_switch, _, m_switch), (ts_fixed, _, m_fixed) = switch(bored), fixed(bored)
+    assert float(m_switch["dreamer/horizon"]) == 3.0 == float(m_fixed["dreamer/horizon"])
+    for a, b in zip(jax.tree.leaves(ts_switch.params), jax.tree.leaves(ts_fixed.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    ts_fresh, _, m_fresh = switch(state)  # boredom 0: the longest
+    assert float(m_fresh["dreamer/horizon"]) == 6.0
+    assert not np.allclose(jax.tree.leaves(ts_fresh.params)[0], jax.tree.leaves(ts_fixed.params)[0])
+    with pytest.raises(ConfigError, match="--dreamer-horizons are chosen by boredom"):
+        resolve(TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer", dreamer_horizons=(8, 16)))

@@ -53,6 +53,13 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(",") if s.strip())
 
 
+def _whole_numbers(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(number(s) for s in _names(text))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+
+
 def _add_option(group, option: Option) -> None:
     kind, choices = option.kind()
     help_text = f"{option.help} (default: {option.default_text()})".replace("%", "%%")
@@ -65,7 +72,8 @@ def _add_option(group, option: Option) -> None:
     if kind == "bool":
         kwargs.update(type=_bool01, metavar="0|1")
     elif kind == "tuple":
-        kwargs.update(type=_names, metavar=option.metadata.get("metavar", "NAME[,NAME...]"))
+        kwargs.update(type=_names if option.element is str else _whole_numbers,
+                      metavar=option.metadata.get("metavar", "NAME[,NAME...]"))
     elif option.metadata.get("parse") == "number":
         kwargs.update(type=number)
     elif choices:

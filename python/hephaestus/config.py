@@ -376,6 +376,12 @@ class Option:
         return t.__name__, ()
 
     @property
+    def element(self) -> type:
+        """A tuple option's element type (str or int)."""
+        args = typing.get_args(self.type)
+        return args[0] if args and args[0] in (str, int) else str
+
+    @property
     def optional(self) -> bool:
         return type(None) in typing.get_args(self.type)
 
@@ -399,11 +405,12 @@ class Option:
               "int": isinstance(value, int) and not isinstance(value, bool),
               "float": isinstance(value, (int, float)) and not isinstance(value, bool),
               "str": isinstance(value, str),
-              "tuple": isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)}[kind]
+              "tuple": isinstance(value, (list, tuple)) and all(isinstance(v, self.element)
+                                                                and not isinstance(v, bool) for v in value)}[kind]
         if ok and choices and value not in choices:
             raise ConfigError(f"{where} {self.flat} is {value!r}, expected one of {', '.join(choices)}")
         if not ok:
-            expected = {"tuple": "a list of names"}.get(kind, kind)
+            expected = {"tuple": "a list of names" if self.element is str else "a list of whole numbers"}.get(kind, kind)
             raise ConfigError(f"{where} {self.flat} is {value!r}, expected {expected}")
         if kind == "float":
             return float(value)

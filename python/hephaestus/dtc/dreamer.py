@@ -15,7 +15,9 @@
    percentile range), with an entropy regulariser; the critic regresses on the returns (and, with
    --dreamer-slow-critic-reg > 0, towards the slow critic). With --dreamer-novelty-coef > 0 (dreamer-dtc) the
    imagined reward also holds the members' disagreement about each imagined next observation (Plan2Explore),
-   normalised and gained by competence as in part 1.
+   normalised and gained by competence as in part 1. With --dreamer-horizons (dreamer-dtc) each actor-critic step
+   dreams one of several compiled lengths, the one boredom asks for (lax.switch over the same step at each
+   static length).
 
 The actor and critic are the pipeline's own actor-critic network (networks.py), on observations: in the real
 env it acts on real observations through `nets.act`, exactly as PPO's does, so evaluation, watch_agent.py,
@@ -170,12 +172,20 @@ def actor_critic_loss(network, ac_params, slow_params, traj, final_obs, reward, 
     return total, (stats, returns)
 
 
+def horizon_index(boredom, horizons: tuple[int, ...], min_horizon: int, max_horizon: int):
+    """Which of the sorted compiled `horizons` a dream takes: the longest not above the boredom-driven horizon
+    (intrinsic.dream_horizon: max - boredom x (max - min)), the shortest if all are above it. int32[]."""
+    target = intr.dream_horizon(boredom, min_horizon, max_horizon)
+    return jnp.maximum(jnp.sum(jnp.asarray(horizons, jnp.float32) <= target) - 1, 0).astype(jnp.int32)
+
+
 def make_dreamer(config, spec, network):
     """(init(key) -> DreamerState, apply(key, train_state, batch, state, hyper) -> stage outputs)."""
     opts, dtc = config.stages.dreamer, config.stages.dtc
     model, wm_init, wm_train = make_world_model(config, spec, score=False)
     ac_steps = opts.ac_steps(dtc.wm_steps(config.batch_size))
     with_novelty = opts.novelty_coef > 0
+    horizons = tuple(sorted(set(opts.horizons))) or (opts.horizon,)
 
     def init(key):
         # The slow critic's shape only (zeros, no key used): the first actor-critic step copies the network in.
@@ -197,8 +207,19 @@ def make_dreamer(config, spec, network):
         train_state, state = carry
         key_seq, key_dream = jax.random.split(step_key)
         seq = wm_train.sample(key_seq, state.world.replay, opts.starts)  # drawn as the world model's are
+        learn = lambda horizon: lambda operands: learn_from_dreams(operands, seq, key_dream, hyper, horizon)
+        if len(horizons) == 1:
+            return learn(horizons[0])((train_state, state))
+        # Boredom picks one of the compiled lengths: each branch is the same learning step at its own static
+        # horizon, so a short dream costs a short scan (a mask over one long scan would save nothing).
+        index = horizon_index(state.intrinsic.boredom, horizons, dtc.min_horizon, dtc.max_horizon)
+        return jax.lax.switch(index, [learn(h) for h in horizons], (train_state, state))
+
+    def learn_from_dreams(operands, seq, key_dream, hyper, horizon: int):
+        """One actor-critic step on dreams of `horizon` steps from the replayed `seq`."""
+        train_state, state = operands
         traj, final_obs = imagine_from_replay(model, network, state.world.params, train_state.params, seq, key_dream,
-                                              opts.horizon, with_novelty, opts.burn_in)
+                                              horizon, with_novelty, opts.burn_in)
         state, reward, novelty_metrics = imagined_reward(state, traj)
         slow = state.slow_params
         if opts.reads_slow_critic:  # the first step's slow critic is the network itself
@@ -215,7 +236,8 @@ def make_dreamer(config, spec, network):
             d = opts.slow_critic_decay
             slow = jax.tree.map(lambda s, p: d * s + (1 - d) * p, slow, train_state.params)
         state = state.replace(slow_params=slow, slow_ready=jnp.bool_(True), return_scale=scale)
-        return (train_state, state), {**stats, **novelty_metrics, "dreamer/return_scale": scale}
+        return (train_state, state), {**stats, **novelty_metrics, "dreamer/return_scale": scale,
+                                      "dreamer/horizon": jnp.float32(horizon)}
 
     def apply(key, train_state, batch, state: DreamerState, hyper):
         key_wm, key_ac = jax.random.split(key)

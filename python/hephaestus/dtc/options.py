@@ -119,6 +119,12 @@ class DreamerOptions:
 
     horizon: int = 15
     """imagined steps per start state (DreamerV3: 15)"""
+    horizons: tuple[int, ...] = field(default=(), metadata={"parse": "csv", "metavar": "H,H,...",
+                                                              "default_text": "none: every dream is --dreamer-horizon"})
+    """dream lengths compiled side by side (e.g. 8,16,32,64), chosen per actor-critic step by boredom (lax.switch):
+    the longest not above the boredom-driven horizon --dtc-max-horizon - boredom x (max - min), so a bored
+    agent (novelty no longer falling) dreams short and cheap; needs --agent dreamer-dtc (boredom comes from the
+    imagined novelty)"""
     starts: int = 16
     """replayed sequences per actor-critic step; every posterior state of them starts a dream (starts x seq-len)"""
     burn_in: int = 0
@@ -165,6 +171,11 @@ class DreamerOptions:
         if not any(name in DREAMER_STAGES for name in config.extra_stages):
             return
         require_positive(self, "dreamer", "horizon", "starts", "ac_ratio")
+        if any(h <= 0 for h in self.horizons):
+            raise ConfigError(f"--dreamer-horizons must be positive lengths, got {','.join(map(str, self.horizons))}")
+        if self.horizons and not (self.novelty_coef or 0) > 0:
+            raise ConfigError("--dreamer-horizons are chosen by boredom, which the imagined novelty drives: use "
+                              "--agent dreamer-dtc (or --dreamer-novelty-coef > 0)")
         if not 0 <= self.burn_in < config.stages.dtc.seq_len:
             raise ConfigError(f"--dreamer-burn-in must be in [0, --dtc-seq-len {config.stages.dtc.seq_len}), "
                               f"got {self.burn_in}")
