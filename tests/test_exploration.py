@@ -38,6 +38,51 @@ def test_deepsea_each_run_gets_its_own_action_map_shared_by_its_envs_and_kept_ac
         make_env("deepsea:x")
 
 
+@pytest.mark.parametrize("name", ["deepsea:5", "deepsea-stochastic:5"])
+def test_deepsea_reports_bsuites_bad_episode_and_the_treasure_per_step(name):
+    """Lane 0 always takes its cell's "right" action (the treasure path), lane 1 takes "left" at the first step
+    (bad: it left the diagonal), lane 2 takes "left" at the last step only (bad, at the very end, where the
+    transitions are deterministic; in the stochastic variant a failed "right" may have left the diagonal first). The
+    bad flag is bsuite's; the treasure flag is the denoised reward, so reward noise does not change it."""
+    env = make_env(name)
+    states, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), 3))
+    state = env.init_instance(jax.random.PRNGKey(1), states)
+    step = jax.jit(jax.vmap(env.step))
+    bad, treasure = np.zeros((5, 3)), np.zeros((5, 3))
+    for t in range(5):
+        right = np.asarray(state.action_mapping[jnp.arange(3), state.row, state.column])
+        wrong = np.asarray([False, t == 0, t == 4])
+        state, out = step(jax.random.split(jax.random.PRNGKey(10 + t), 3), state, jnp.asarray(np.where(wrong, 1 - right,
+                                                                                                         right)))
+        bad[t], treasure[t] = out.info["episode_stats"]["bad_episode"], out.info["episode_stats"]["treasure"]
+    assert bool(out.terminated.all())
+    assert bad[:, 0].max() == 0 and bad[0, 1] == 1  # "right" is never bad; "left" from (0, 0) always is
+    assert treasure[:, 1].max() == 0 and treasure[:, 2].max() == 0
+    if name == "deepsea:5":  # deterministic: the path reaches the treasure on its last step; leaving it there is bad
+        assert treasure.max(0).tolist() == [1, 0, 0] and treasure[4, 0] == 1
+        assert bad.max(0).tolist() == [0, 1, 1] and bad[4, 2] == 1
+
+
+def test_deepsea_solved_follows_bsuites_rule_for_each_variant():
+    """deepsea.py's `summarise`: a seed solves at the first episode where the cumulative share of bad episodes is
+    below 0.9 (deterministic), or below 0.8 counting only from episode 100 on (stochastic)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("deepsea_experiment",
+                                                  os.path.join(ROOT, "scripts", "experiments", "deepsea.py"))
+    deepsea = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(deepsea)
+    episodes = np.full((1, 6), 40.0)  # 40 episodes per update: 40, 80, ..., 240 in all
+    bad = np.array([[40.0, 26.0, 24.0, 30.0, 40.0, 40.0]])  # cumulative share 1.0, 0.83, 0.75, 0.75, 0.8, 0.83
+    treasures = episodes - bad
+    args = (np.ones((1, 4)), np.full((1, 4), np.nan), np.zeros((1, 2, 2)))
+    det = deepsea.summarise(2, "x", episodes, bad, treasures, *args, False, {})
+    noisy = deepsea.summarise(2, "x", episodes, bad, treasures, *args, True, {})
+    assert det["seeds"][0]["solved_episode"] == 80  # 0.83 < 0.9 at episode 80
+    assert noisy["seeds"][0]["solved_episode"] == 120  # 0.75 < 0.8, and 120 >= 100 episodes
+    assert det["seeds"][0]["first_treasure"] == 80 and noisy["stochastic"] and not det["stochastic"]
+
+
 def test_training_seeds_get_different_maps():
     from hephaestus.ppo import make_train
 

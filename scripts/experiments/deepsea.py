@@ -5,8 +5,11 @@ Protocol (bsuite/experiments/deep_sea: sweep.py and analysis.py):
 * sizes N (bsuite sweeps 10..50); `--episodes` per size and seed (bsuite: 10,000);
 * each seed its own random action map (env `deepsea:N`: the map is drawn from the run's key);
 * a seed *solves* size N at the first episode where the running fraction of bad episodes (cumulative bad / episodes;
-  in deterministic DeepSea an episode is bad iff it misses the treasure) drops below 0.9 (analysis.find_solution's
-  `thresh=0.9`), and it *scores* only if that episode is < 2^N + 100 (analysis.score's `forgiveness=100`);
+  bad = a move left while on the treasure path, the env's `bad_episode` statistic; in deterministic DeepSea an
+  episode is bad iff it misses the treasure) drops below 0.9 (analysis.find_solution's `thresh=0.9`), and it
+  *scores* only if that episode is < 2^N + 100 (analysis.score's `forgiveness=100`);
+* `--stochastic`: deep_sea_stochastic (random transitions, N(0, 1) reward noise at the chain's ends), solved below
+  0.8 and only from episode 100 on, as its analysis.py has it; no analytic random row there;
 * constant learning rate; `--seeds` seeds per agent vmapped in one compiled program.
 
 Agents: random (analytic), ppo (entropy coefficient tuned over --ppo-ent-coefs on the smallest size, the best then
@@ -44,22 +47,25 @@ from hephaestus.ppo import make_train
 from hephaestus.stages import Stage, register_stage
 
 AGENTS = ("random", "ppo", "count", "rnd", "disagreement", "dtc", "dreamer", "dreamer-dtc")
-BAD_THRESHOLD = 0.9  # bsuite analysis.find_solution(thresh=0.9)
+BAD_THRESHOLD = 0.9  # bsuite deep_sea analysis.find_solution(thresh=0.9)
+# bsuite deep_sea_stochastic's analysis: a harsher threshold, counted only from episode 100 on (few bad episodes
+# can be luck of the noise there).
+STOCHASTIC_BAD_THRESHOLD, STOCHASTIC_MIN_EPISODES = 0.8, 100
 FORGIVENESS = 100  # bsuite analysis.score(forgiveness=100.)
 
 
 @register_stage("deepsea_probe")
 def deepsea_probe(ctx):
-    """First after the rollout (sees the extrinsic reward): episodes and treasures per update, and each cell's
-    visit count (the cell an action was taken from; DeepSea observations are one-hot grids)."""
+    """First after the rollout: episodes per update, and each cell's visit count (the cell an action was taken
+    from; DeepSea observations are one-hot grids). Bad episodes and treasures come from the env's own per-episode
+    statistics (envs/adapters.adapt_deepsea), which the reward noise of the stochastic variant does not hide."""
     cells = ctx.env_spec.obs_dim
 
     def apply(key, train_state, batch, visits):
         done = jnp.logical_or(batch["terminated"], batch["truncated"])
         cell = jnp.argmax(batch["obs"], -1).reshape(-1)
         visits = visits.at[cell].add(1)
-        metrics = {"probe/episodes": jnp.sum(done).astype(jnp.float32),
-                   "probe/treasures": jnp.sum(done & (batch["reward"] > 0.5)).astype(jnp.float32)}
+        metrics = {"probe/episodes": jnp.sum(done).astype(jnp.float32)}
         return train_state, batch, visits, metrics
 
     return Stage(name="deepsea_probe", apply=apply, init=lambda key: jnp.zeros((cells,), jnp.int32))
@@ -87,7 +93,8 @@ def bonus_probe(ctx):
 def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
     batch = args.num_envs * args.num_steps
     steps = args.episodes * size
-    config = TrainConfig.from_flat(env=f"deepsea:{size}", num_envs=args.num_envs, num_steps=args.num_steps,
+    family = "deepsea-stochastic" if args.stochastic else "deepsea"
+    config = TrainConfig.from_flat(env=f"{family}:{size}", num_envs=args.num_envs, num_steps=args.num_steps,
                          total_timesteps=-(-steps // batch) * batch, lr=args.lr, anneal_lr=False, ent_coef=ent_coef,
                          hidden_dim=args.hidden_dim, num_layers=2, num_minibatches=args.num_minibatches,
                          update_epochs=args.update_epochs,
@@ -122,8 +129,10 @@ def run(size: int, agent: str, ent_coef: float, args) -> dict:
     keys = [k for k in metrics if k.startswith(("dtc/", "rnd/", "count/", "wm/")) and np.ndim(metrics[k]) == 2]
     every = max(1, config.num_updates // 100)
     curves = {k: np.asarray(metrics[k]).mean(0)[::every].round(6).tolist() for k in keys}
-    return summarise(size, agent, np.asarray(metrics["probe/episodes"]), np.asarray(metrics["probe/treasures"]),
-                     np.asarray(stages["deepsea_probe"]), np.asarray(stages["bonus_probe"]), maps,
+    # per update: the episodes that ended, and (the rollout's episode/ sums) how many of them were bad, found it
+    return summarise(size, agent, np.asarray(metrics["probe/episodes"]), np.asarray(metrics["episode/bad_episode_rate"]),
+                     np.asarray(metrics["episode/treasure_rate"]), np.asarray(stages["deepsea_probe"]),
+                     np.asarray(stages["bonus_probe"]), maps, args.stochastic,
                      {"compile_s": compile_s, "run_s": run_s, "ent_coef": ent_coef, "label": label(agent, args),
                       "curves": curves, "curve_every": every,
                       "env_steps_per_seed": config.num_updates * config.batch_size,
@@ -134,10 +143,11 @@ def run(size: int, agent: str, ent_coef: float, args) -> dict:
 def label(agent: str, args) -> str:
     """The agent's name in tables and plots: the DTC family's rows name their novelty signal; the disagreement
     agent is DTC with competence off."""
+    noisy = " [stochastic]" if args.stochastic else ""
     if agent not in ("dtc", "disagreement"):
-        return agent
+        return agent + noisy
     variant = [args.novelty_signal] + ([] if args.aleatoric_weight == 1.0 else [f"aleatoric {args.aleatoric_weight:g}"])
-    return f"{'dtc' if agent == 'dtc' else 'dtc, competence off'} ({', '.join(variant)})"
+    return f"{'dtc' if agent == 'dtc' else 'dtc, competence off'} ({', '.join(variant)}){noisy}"
 
 
 def spearman(x, y) -> float:
@@ -147,15 +157,17 @@ def spearman(x, y) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def summarise(size, agent, episodes, treasures, visits, last_bonus, maps, extra) -> dict:
-    """episodes/treasures [seeds, updates]; visits/last_bonus [seeds, N*N]."""
+def summarise(size, agent, episodes, bad, treasures, visits, last_bonus, maps, stochastic, extra) -> dict:
+    """episodes/bad/treasures [seeds, updates] (episodes ended in each update, how many of them bad, how many found
+    the treasure); visits/last_bonus [seeds, N*N]. Solved: bsuite's rule for the variant."""
     budget = None
-    cum_ep, cum_tr = np.cumsum(episodes, 1), np.cumsum(treasures, 1)
+    threshold, min_episodes = (STOCHASTIC_BAD_THRESHOLD, STOCHASTIC_MIN_EPISODES) if stochastic else (BAD_THRESHOLD, 1)
+    cum_ep, cum_bad, cum_tr = np.cumsum(episodes, 1), np.cumsum(bad, 1), np.cumsum(treasures, 1)
     reachable = np.array([c <= r for r in range(size) for c in range(size)])  # row-major cells with col <= row
     per_seed = []
     for s in range(episodes.shape[0]):
-        bad_frac = 1.0 - cum_tr[s] / np.maximum(cum_ep[s], 1)
-        below = np.nonzero((bad_frac < BAD_THRESHOLD) & (cum_ep[s] > 0))[0]
+        bad_frac = cum_bad[s] / np.maximum(cum_ep[s], 1)
+        below = np.nonzero((bad_frac < threshold) & (cum_ep[s] >= min_episodes))[0]
         solve_ep = int(cum_ep[s, below[0]]) if below.size else None
         first = np.nonzero(cum_tr[s] > 0)[0]
         seen = visits[s] > 0
@@ -168,7 +180,7 @@ def summarise(size, agent, episodes, treasures, visits, last_bonus, maps, extra)
         budget = int(cum_ep[s, -1])
     distinct_maps = len({m.tobytes() for m in maps})
     return {"size": size, "agent": agent, "seeds": per_seed, "episodes": budget, "distinct_maps": distinct_maps,
-            **extra}
+            "stochastic": bool(stochastic), **extra}
 
 
 def random_agent(size: int, episodes: int, seeds: int) -> dict:
@@ -291,6 +303,8 @@ def main():
     p.add_argument("--replay-capacity", type=int, default=1024)
     p.add_argument("--ensemble-size", type=int, default=5)
     p.add_argument("--wm-dim", type=int, default=64, help="RSSM deter and hidden width")
+    p.add_argument("--stochastic", action="store_true", help="bsuite's deep_sea_stochastic: random transitions "
+                   "and N(0, 1) reward noise at the chain's ends; solved below 0.8 bad episodes, from episode 100")
     p.add_argument("--quick", action="store_true", help="defaults for a smoke run: 2 sizes (6, 8), 3 seeds, 300 "
                    "episodes, small models (explicit flags still win)")
     p.add_argument("--out", default="deepsea", help="writes OUT.json, OUT.md (table) and OUT.png")
@@ -330,6 +344,9 @@ def main():
     for size in sorted(args.sizes):
         for agent in args.agents:
             if agent == "random":
+                if args.stochastic:  # the analytic row is the deterministic chain's
+                    print(f"random: no analytic row for the stochastic variant (size {size})", flush=True)
+                    continue
                 report(random_agent(size, args.episodes, args.seeds))
             elif agent == "ppo":
                 if not (size == min(args.sizes) and len(args.ppo_ent_coefs) > 1):

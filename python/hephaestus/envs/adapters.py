@@ -315,17 +315,37 @@ def adapt_deepsea(size: int, stochastic: bool = False, name: str | None = None) 
     N(0, 1) reward noise)."""
     from gymnax.environments.bsuite.deep_sea import DeepSea
 
+    from hephaestus.episode_stats import EpisodeStat
+
     env = DeepSea(size=size)
     params = env.default_params.replace(randomize_actions=True, sample_action_map=False,
                                         deterministic=not stochastic)
     base = adapt_gymnax(env, params, name or f"deepsea:{size}")
+    # bsuite's two per-episode outcomes, from the state before each step (the auto-reset clears gymnax's own
+    # flags): `bad_episode`, a move left while on the diagonal (the treasure path; bsuite's "bad episode", the
+    # quantity its analysis scores), and `treasure`, the treasure's denoised reward (the stochastic variant's
+    # noise does not hide it).
+    stats = (EpisodeStat("bad_episode", aggregate="max", rate=True, doc="moved left on the treasure path"),
+             EpisodeStat("treasure", aggregate="max", rate=True, doc="reached the treasure"))
+    spec = dataclasses.replace(base.spec, episode_stats=stats)
+
+    def with_stats(out, state, action):
+        right = action == state.action_mapping[state.row, state.column]
+        bad = ~right & (state.row == state.column)
+        treasure = right & (state.column == size - 1)
+        return out.replace(info={**out.info, "episode_stats": {"bad_episode": bad.astype(jnp.float32),
+                                                               "treasure": treasure.astype(jnp.float32)}})
 
     def step(key, state, action):
         new_state, out = base.step(key, state, action)
-        return new_state.replace(action_mapping=state.action_mapping), out
+        return new_state.replace(action_mapping=state.action_mapping), with_stats(out, state, action)
+
+    def step_no_reset(key, state, action):
+        new_state, out = base.step_no_reset(key, state, action)
+        return new_state, with_stats(out, state, action)
 
     def init_instance(key, states):
         mapping = jax.random.bernoulli(key, 0.5, (size, size)).astype(jnp.int32)
         return states.replace(action_mapping=jnp.broadcast_to(mapping, states.action_mapping.shape))
 
-    return dataclasses.replace(base, step=step, init_instance=init_instance)
+    return dataclasses.replace(base, spec=spec, step=step, step_no_reset=step_no_reset, init_instance=init_instance)
