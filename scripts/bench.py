@@ -270,6 +270,9 @@ CASES = {
                                                      updates_per_chunk=100, hidden_dim=64, num_layers=2, num_seeds=4)),
     "cartpole-2048x128": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=2048, num_steps=128,
                                                  updates_per_chunk=1, hidden_dim=64, num_layers=2)),
+    # The accelerator sizes (issue 18: CartPole and HackMatrix at 2048 and 8192 envs on a GPU).
+    "cartpole-8192x128": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=8192, num_steps=128,
+                                                 updates_per_chunk=1, hidden_dim=64, num_layers=2)),
     "cartpole-2048x128-reference": (bench_reference, dict(env_id="CartPole-v1", num_envs=2048, num_steps=128,
                                                           updates_per_chunk=1, hidden_dim=64, num_layers=2)),
     # PPO vs PPO + DTC (world_model + intrinsic_reward stages, default DTC sizes), same PPO config; goal <= 2x cost.
@@ -304,6 +307,9 @@ CASES = {
     # < 2 GiB, compile < 15 s.
     "hackmatrix-ppo-2048x128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
                                                        updates_per_chunk=1)),
+    "hackmatrix-ppo-8192x128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=8192, num_steps=128,
+                                                       updates_per_chunk=1)),
+    "hackmatrix-random-8192": (bench_random_policy, dict(env_name="hackmatrix", num_envs=8192, steps_per_chunk=64)),
     # The same comparison on HackMatrix at a small size (CPU-sized): 64 envs x 32 steps, 1 seed vs 4 seeds.
     "hackmatrix-ppo-64x32": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=64, num_steps=32,
                                                     updates_per_chunk=4)),
