@@ -48,6 +48,7 @@ REFERENCE_EPOCHS = 4
 MAX_MINIBATCHES = 64
 MIN_EPOCHS = 2
 ENCODERS = ("auto", "mlp", "cells", "salience")
+CELL_ENCODERS = ("cells", "salience")  # the encoders that read an env's obs_cells
 OBS_DTYPES = ("auto", "float32", "bfloat16", "uint8")
 # Hyperparameters whose default depends on the environment family (the part of --env before ":"): a field left
 # at None (auto) takes its family's value, else FALLBACK_DEFAULTS'. HackMatrix: with an entropy bonus of 0.01,
@@ -537,10 +538,7 @@ def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
     by agent (PPO_GRAD_CLIP, DREAMER_GRAD_CLIP), minibatches and
     epochs (auto_scale_for_batch_size), the run name, and, given `env_spec` (envs.adapters.EnvSpec), the encoder
     and the observation storage dtype (resolve_for_env). Idempotent: a resolved config resolves to itself."""
-    config = agent_config(config, config.agent)
-    table = options()
-    config = config.replace(**{name: value for name, value in AGENT_AUTO_FALLBACKS.items()
-                               if table[name].get(config) is None})
+    config = fill_auto(agent_config(config, config.agent), AGENT_AUTO_FALLBACKS)
     defaults = env_defaults(config.env.name)
     if config.ppo.ent_coef is None:
         config = config.replace(ent_coef=defaults["ent_coef"])
@@ -612,7 +610,8 @@ def update_summary(config: TrainConfig) -> str:
 
 
 def agent_config(config: TrainConfig, agent: str) -> TrainConfig:
-    """`config` with the agent's extra stages first (then any others already set) and its config changes. Stages
+    """`config` with the agent's extra stages first (then any others already set) and its values of the options left
+    auto (AGENTS). Stages
     already all there keep their order, so settling an agent twice changes nothing."""
     if agent not in AGENTS:
         raise ConfigError(f"unknown agent {agent!r}; choose from {', '.join(AGENTS)}")
@@ -623,9 +622,13 @@ def agent_config(config: TrainConfig, agent: str) -> TrainConfig:
     extra = config.extra_stages
     if not set(stages) <= set(extra):
         extra = tuple(stages) + tuple(s for s in extra if s not in stages)
+    return fill_auto(config.replace(agent=agent, extra_stages=extra), values)
+
+
+def fill_auto(config: TrainConfig, values: dict) -> TrainConfig:
+    """`config` with the options `values` names set to its values where they are still auto (None)."""
     table = options()
-    auto = {name: value for name, value in values.items() if table[name].get(config) is None}
-    return config.replace(agent=agent, extra_stages=extra, **auto)
+    return config.replace(**{name: value for name, value in values.items() if table[name].get(config) is None})
 
 
 def resolve_encoder(config: TrainConfig, spec) -> str:
@@ -633,7 +636,7 @@ def resolve_encoder(config: TrainConfig, spec) -> str:
     that does not declare its cell structure."""
     cells = getattr(spec, "obs_cells", None)
     encoder = config.network.encoder
-    if encoder in ("cells", "salience") and not cells:
+    if encoder in CELL_ENCODERS and not cells:
         raise ConfigError(f"--encoder {encoder} needs an env that declares obs_cells (flat, cells, channels); "
                           f"{config.env.name} does not (use --encoder mlp)")
     if encoder == "auto":

@@ -34,7 +34,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hephaestus.config import resolve_encoder, resolve_obs_dtype
+from hephaestus.config import CELL_ENCODERS, resolve_encoder, resolve_obs_dtype
 
 
 # Finite, so masked entries give exp() == 0 exactly and 0 * logit stays 0 (−inf would make NaNs).
@@ -250,7 +250,6 @@ class NetworkSpec:
     # dtype and the recorded matmul dtype are float32 MLPs).
     META_DEFAULTS: ClassVar[dict] = {"activation": "tanh", "encoder": "mlp", "cell_dim": 16, "salience_heads": 4,
                                      "obs_dtype": "float32", "dtype": "float32", "normalize_obs": False}
-    CELL_ENCODERS: ClassVar[tuple] = ("cells", "salience")  # the encoders that read obs_cells
     META_REQUIRED: ClassVar[tuple] = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers")
 
     @classmethod
@@ -258,7 +257,7 @@ class NetworkSpec:
         """The network `config` asks for on the env `env_spec` (envs.adapters.EnvSpec). Raises ConfigError for
         --encoder cells on an env without cells."""
         encoder = resolve_encoder(config, env_spec)
-        cells = encoder in cls.CELL_ENCODERS
+        cells = encoder in CELL_ENCODERS
         net = config.network
         return cls(obs_dim=env_spec.obs_dim, action_dim=env_spec.action_dim, discrete=env_spec.discrete,
                    hidden_dim=net.hidden_dim, num_layers=net.num_layers, activation=net.activation,
@@ -276,7 +275,7 @@ class NetworkSpec:
                 "hidden_dim": self.hidden_dim, "num_layers": self.num_layers, "activation": self.activation,
                 "encoder": self.encoder, "obs_dtype": self.obs_dtype, "dtype": self.dtype,
                 "normalize_obs": self.normalize_obs}
-        if self.encoder in self.CELL_ENCODERS:
+        if self.encoder in CELL_ENCODERS:
             meta.update(obs_cells=list(self.obs_cells), cell_dim=self.cell_dim)
         if self.encoder == "salience":
             meta.update(salience_heads=self.salience_heads)
@@ -287,12 +286,12 @@ class NetworkSpec:
         """The spec `to_meta` wrote (or an older file's, with META_DEFAULTS for what it lacks). Raises
         ValueError naming the fields a damaged description lacks."""
         missing = [k for k in cls.META_REQUIRED if k not in meta]
-        if meta.get("encoder") in cls.CELL_ENCODERS and "obs_cells" not in meta:
+        if meta.get("encoder") in CELL_ENCODERS and "obs_cells" not in meta:
             missing.append("obs_cells")
         if missing:
             raise ValueError(f"network metadata lacks {', '.join(missing)}")
         net = {**cls.META_DEFAULTS, **meta}
-        cells = net["encoder"] in cls.CELL_ENCODERS
+        cells = net["encoder"] in CELL_ENCODERS
         return cls(obs_dim=int(net["obs_dim"]), action_dim=int(net["action_dim"]), discrete=bool(net["discrete"]),
                    hidden_dim=int(net["hidden_dim"]), num_layers=int(net["num_layers"]),
                    activation=net["activation"], encoder=net["encoder"],
