@@ -611,8 +611,7 @@ def update_summary(config: TrainConfig) -> str:
 
 def agent_config(config: TrainConfig, agent: str) -> TrainConfig:
     """`config` with the agent's extra stages first (then any others already set) and its values of the options left
-    auto (AGENTS). Stages
-    already all there keep their order, so settling an agent twice changes nothing."""
+    auto (AGENTS). Stages already all there keep their order, so settling an agent twice changes nothing."""
     if agent not in AGENTS:
         raise ConfigError(f"unknown agent {agent!r}; choose from {', '.join(AGENTS)}")
     stages, values = AGENTS[agent]
