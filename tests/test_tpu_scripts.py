@@ -403,8 +403,10 @@ if "--wait" in args:
         sys.exit(0)
     signal.signal(signal.SIGTERM, save)
     signal.signal(signal.SIGINT, save)
-    with open(os.path.join(os.environ["HOME"], "trainer.pid"), "w") as f:
+    pid_path = os.path.join(os.environ["HOME"], "trainer.pid")
+    with open(pid_path + ".tmp", "w") as f:  # published whole (a test that sees the file reads the pid)
         f.write(str(os.getpid()))
+    os.replace(pid_path + ".tmp", pid_path)
     while True:
         time.sleep(0.05)
 sys.exit(int(args[args.index("--exit") + 1]) if "--exit" in args else 0)
