@@ -36,8 +36,10 @@ SEED_AXES = RunnerState(train_state=0, stages=0, key=0, update_step=None, hyper=
 def strongly_typed(tree):
     """Every leaf as its own strongly typed device array. A restored checkpoint is always strongly typed;
     starting that way means a resumed run reuses the compiled program. Fresh buffers per leaf also keep
-    donation valid where initialisers returned one shared buffer for several leaves (e.g. Adam's zeros)."""
-    return jax.tree.map(lambda x: jnp.asarray(np.array(x)), tree)
+    donation valid where initialisers returned one shared buffer for several leaves (e.g. Adam's zeros).
+    `device_put`, not `jnp.asarray`: in jax 0.10 the latter compiles a copy program per leaf shape (~60 small
+    compiles, about 1 s of a warm HackMatrix start; specs/speed.md)."""
+    return jax.tree.map(lambda x: jax.device_put(np.array(x)), tree)
 
 
 def make_optimizer(config: TrainConfig):
