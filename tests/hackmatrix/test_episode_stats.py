@@ -46,7 +46,23 @@ def test_kills_death_and_cause_of_end():
                        enemies=[{"type": "virus", "pos": (1, 0), "hp": 1}, {"type": "virus", "pos": (0, 3)}])
     values, terminated, _ = play(state, [UP, A_WAIT])
     assert terminated
-    assert values == expect(stage_reached=1, kills=1, death=1, programs_played=1, program_WAIT=1)
+    # The death's context: hit once (at 1 HP), the second virus beside the player, WAIT still owned.
+    assert values == expect(stage_reached=1, kills=1, death=1, programs_played=1, program_WAIT=1, damage_taken=1,
+                            death_beside_virus=1, death_enemies_beside=1, death_holding_programs=1)
+
+
+def test_a_death_names_the_enemies_beside_the_player_and_what_it_held():
+    # 1 HP, a daemon above and a glitch to the right, one data siphon held, no program. Attacking the daemon
+    # (3 HP) stuns it; the glitch attacks: death, with both beside the player and the siphon unused.
+    state = make_state(player=(0, 0), hp=1, siphons=1,
+                       enemies=[{"type": "daemon", "pos": (1, 0)}, {"type": "glitch", "pos": (0, 1)}])
+    values, terminated, _ = play(state, [UP])
+    assert terminated
+    assert values == expect(stage_reached=1, death=1, damage_taken=1, death_beside_daemon=1, death_beside_glitch=1,
+                            death_enemies_beside=2, death_holding_siphons=1)
+    # Survived (3 HP): damage is counted, no death context.
+    values, terminated, _ = play(state.replace(hp=state.hp * 0 + 3), [UP])
+    assert not terminated and values == expect(stage_reached=1, damage_taken=1)
 
 
 def test_step_limit_is_the_cause_when_the_episode_is_truncated():
@@ -60,6 +76,8 @@ def test_report_keys_name_rates_thresholds_and_counts():
     keys = episode_stats.report_keys(EPISODE_STATS)
     for key in ("stage_reached", "stage_reached>=2", "stage_reached>=8", "victory_rate", "death_rate",
                 "step_limit_rate", "invalid_action_rate", "siphons_used_per_episode", "kills_per_episode",
-                "credits_gathered_per_episode", "program_PUSH_per_episode", "program_HACK_per_episode"):
+                "credits_gathered_per_episode", "program_PUSH_per_episode", "program_HACK_per_episode",
+                "damage_taken_per_episode", "death_beside_virus_rate", "death_beside_cryptog_rate",
+                "death_enemies_beside_per_episode", "death_holding_siphons_rate", "death_holding_programs_rate"):
         assert key in keys, key
     assert sum(k.startswith("program_") for k in keys) == 23

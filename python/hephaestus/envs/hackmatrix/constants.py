@@ -18,6 +18,7 @@ EMPTY, BLOCK, DATA_SIPHON, EXIT = 0, 1, 2, 3
 
 # enemy types (R18)
 VIRUS, DAEMON, GLITCH, CRYPTOG = 0, 1, 2, 3
+ENEMY_NAMES = ("virus", "daemon", "glitch", "cryptog")  # by type id (R18)
 ENEMY_LETTERS = "VDGC"
 ENEMY_MAX_HP = np.array([2, 3, 2, 2], np.int32)
 ENEMY_SPEED = np.array([2, 1, 1, 1], np.int32)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from hephaestus.envs import spaces
 from hephaestus.episode_stats import EpisodeStat
 
-from .constants import NUM_ACTIONS, OBS_SIZE, PROGRAM_NAMES
+from .constants import ENEMY_NAMES, NUM_ACTIONS, OBS_SIZE, PROGRAM_NAMES
 from . import rng
 from .compact import compacted_pair
 from .generate import curriculum_start, initialize_stage_seeded, new_game, new_game_stage_seed, new_game_start
@@ -63,6 +63,14 @@ EPISODE_STATS = (
     EpisodeStat("energy_gathered", "sum", doc="energy taken by siphoning"),
     EpisodeStat("score_gained", "sum", doc="data points gained (R105)"),
     EpisodeStat("kills", "sum", doc="kills as counted for the reward (R106)"),
+    EpisodeStat("damage_taken", "sum", doc="HP lost to enemy attacks (R16)"),
+    # The failure modes of a death: which enemies stood beside the player when HP reached 0 (the killer is one
+    # of them; several can be), how many, and what the player died holding unused.
+    *(EpisodeStat(f"death_beside_{name}", "max", rate=True, doc=f"died with a {name} adjacent")
+      for name in ENEMY_NAMES),
+    EpisodeStat("death_enemies_beside", "sum", doc="enemies adjacent at death (0 where the episode did not die)"),
+    EpisodeStat("death_holding_siphons", "max", rate=True, doc="died with a data siphon unused"),
+    EpisodeStat("death_holding_programs", "max", rate=True, doc="died owning a program"),
 ) + tuple(EpisodeStat(f"program_{name}", "sum", doc=f"{name} played") for name in PROGRAM_NAMES)
 
 

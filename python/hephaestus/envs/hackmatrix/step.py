@@ -3,7 +3,7 @@ import jax.numpy as jnp
 
 from . import pathfinding as pf
 from .constants import (
-    A_RESET, A_SIPHON, A_UNDO, A_WAIT, BIG, BLOCK, CROSS, DATA_SIPHON, DEATH_PENALTY_SUMS, EMPTY, EXIT,
+    A_RESET, A_SIPHON, A_UNDO, A_WAIT, BIG, BLOCK, CROSS, DATA_SIPHON, DEATH_PENALTY_SUMS, EMPTY, ENEMY_NAMES, EXIT,
     NBR_IDX, NUM_ACTIONS, NUM_PROGRAMS, PROGRAM_NAMES, RAY_IDX, RAY_INB, STAGE_REWARDS,
 )
 from .enemies import enemy_phase
@@ -237,6 +237,12 @@ def episode_stats(before, after, siphoned, action, valid, kills, pickup, reached
     action), ``siphoned`` the siphon branch's state."""
     is_siphon = (action == A_SIPHON) & valid
     played = (action - 5 == jnp.arange(NUM_PROGRAMS)) & valid
+    # How the episode ended, where it ended in death: the enemies beside the player then (the killer is among
+    # them: an attacker does not move, R56) and what the player held unused.
+    died = dead & valid
+    beside = after.ent_active & after.ent_enemy & (
+        (jnp.abs(after.ent_pos // 6 - after.player_pos // 6) + jnp.abs(after.ent_pos % 6 - after.player_pos % 6)) == 1)
+    beside_type = jnp.any(beside[:, None] & (after.ent_type[:, None] == jnp.arange(len(ENEMY_NAMES))), axis=0)
     stats = {
         "stage_reached": after.stage,
         "stages_cleared": reached & valid,
@@ -250,6 +256,11 @@ def episode_stats(before, after, siphoned, action, valid, kills, pickup, reached
         "energy_gathered": jnp.where(is_siphon, siphoned.energy - before.energy, 0),
         "score_gained": jnp.maximum(after.score - before.score, 0),
         "kills": jnp.where(valid, kills, 0),
+        "damage_taken": jnp.where(valid, jnp.maximum(before.hp - after.hp, 0), 0),
+        **{f"death_beside_{name}": died & beside_type[i] for i, name in enumerate(ENEMY_NAMES)},
+        "death_enemies_beside": jnp.where(died, jnp.sum(beside), 0),
+        "death_holding_siphons": died & (after.siphons > 0),
+        "death_holding_programs": died & jnp.any(after.owned),
         **{f"program_{name}": played[i] for i, name in enumerate(PROGRAM_NAMES)},
     }
     return {k: jnp.asarray(v, f32) for k, v in stats.items()}
