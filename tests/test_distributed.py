@@ -89,6 +89,18 @@ def test_stage_state_is_split_only_where_the_stage_declares_envs():
     assert r["bad_declaration"].startswith("stage 'partition_probe' declares 'envs' for a leaf shaped (3,)")
 
 
+def test_the_dreamer_on_eight_devices_splits_envs_and_matches_one_device():
+    r = scenario("dreamer")
+    # The dreamer (issue 21) in the same one compiled chunk: env state split over the devices, its world model,
+    # replay and actor-critic replicated, and the chunk's result that of one device.
+    for leaf in r["env_leaves"]:
+        assert leaf["devices"] == DEVICES and leaf["spec"].startswith("P('data'"), leaf
+    assert r["replay_spec"] == "P()" and r["wm_params_spec"] == "P()", r
+    assert r["updates_done"] == 2 and r["wm_loss_finite"]
+    assert r["params_moved"] > 1e-4, r  # the actor-critic trained: a comparison of two untouched states proves nothing
+    assert r["param_diff"] < 1e-5 and r["world_model_diff"] < 1e-5, r
+
+
 @pytest.mark.skipif(os.environ.get("HEPHAESTUS_MULTIHOST_TEST") != "1",
                     reason="2 processes x 4 CPU devices, ~2 min on 2 cores: set HEPHAESTUS_MULTIHOST_TEST=1")
 def test_two_processes_drive_one_mesh_and_match_one_device():
@@ -332,6 +344,36 @@ def _partition() -> dict:
     return out
 
 
+def _dreamer() -> dict:
+    import jax
+
+    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.ppo import make_train
+
+    tiny = {**TINY, "agent": "dreamer", "dtc_seq_len": 8, "dtc_wm_batch": 4, "dtc_deter_dim": 16,
+            "dtc_hidden_dim": 16, "dtc_stoch_groups": 2, "dtc_stoch_classes": 4, "dtc_replay_capacity": 64,
+            "dreamer_starts": 4, "dreamer_horizon": 5, "log_interval": 2}
+    base = resolve(TrainConfig.from_flat(**tiny, total_timesteps=8 * 16 * 2))[0]
+    trainer = make_train(base.replace(num_devices=DEVICES))
+    world = trainer.runner_state.stages["dreamer"].world
+    out = {"replay_spec": str(jax.tree.leaves(world.replay)[0].sharding.spec),
+           "wm_params_spec": str(jax.tree.leaves(world.params)[0].sharding.spec)}
+    p0 = _params_vector(trainer.runner_state)  # read before the chunk, which donates the state
+    runner8, m8 = trainer.train_chunk(trainer.runner_state, 2)
+    m8 = jax.device_get(m8)
+    out.update({"env_leaves": [{"devices": len(x.sharding.device_set), "spec": str(x.sharding.spec)}
+                               for x in jax.tree.leaves(runner8.stages["rollout"].env_state)],
+                "updates_done": int(jax.device_get(runner8.update_step)),
+                "wm_loss_finite": bool(np.all(np.isfinite(m8["wm/reward_loss"])))})
+    _, runner1, _ = _train(base.replace(num_devices=1), 2)
+    vector = lambda tree: np.concatenate([np.ravel(x) for x in jax.tree.leaves(jax.device_get(tree))])
+    out["params_moved"] = float(np.abs(_params_vector(runner8) - p0).max())
+    out["param_diff"] = float(np.abs(_params_vector(runner1) - _params_vector(runner8)).max())
+    out["world_model_diff"] = float(np.abs(vector(runner1.stages["dreamer"].world.params)
+                                           - vector(runner8.stages["dreamer"].world.params)).max())
+    return out
+
+
 def _learn() -> dict:
     import jax
     import jax.numpy as jnp
@@ -352,5 +394,5 @@ def _learn() -> dict:
 
 if __name__ == "__main__":
     scenarios = {"equivalence": _equivalence, "learn": _learn, "multihost": _multihost, "seeds": _seeds,
-                 "partition": _partition}
+                 "partition": _partition, "dreamer": _dreamer}
     print(json.dumps(scenarios[sys.argv[1]](*sys.argv[2:])))
