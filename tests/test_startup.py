@@ -150,7 +150,7 @@ STALLED_RUN = textwrap.dedent("""
     def make_train(*args, **kwargs):
         if sys.argv[1] == "setup":
             stall()
-        trainer = real_make_train(*args, **kwargs)
+        trainer = real_make_train(*args, **{**kwargs, "compile_ahead": False})
         class Lowered:
             def compile(self):
                 stall()
@@ -158,6 +158,8 @@ STALLED_RUN = textwrap.dedent("""
             def lower(self, *args):
                 return Lowered()
         trainer.compiled_chunk = Chunk()
+        if kwargs.get("compile_ahead"):  # train.py compiles the chunk ahead, in a thread: that compile stalls
+            trainer._ahead = trainer._start_compiling(trainer.config.run.log_interval)
         return trainer
 
     ppo.make_train = make_train
@@ -206,6 +208,57 @@ def test_the_loop_watches_the_first_compile_and_chunk_then_stops_the_watchdog():
                  startup=recorder)
     assert len(result.records) == 3  # three chunks; only the first is watched
     assert recorder.calls == ["first compile", "first chunk", "stop"]  # "first chunk": the tests run on the CPU
+
+
+def _walk_trainer(**kwargs):
+    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.envs.adapters import adapt_gymnax
+    from hephaestus.ppo import make_train
+    from toy_envs import RandomWalk
+
+    env = RandomWalk()
+    config, _ = resolve(TrainConfig.from_flat(env="walk", hidden_dim=16, num_layers=1, num_envs=4, num_steps=16,
+                                              num_minibatches=2, update_epochs=1, log_interval=2,
+                                              total_timesteps=4 * 16 * 6))
+    return make_train(config, adapt_gymnax(env, env.default_params, "walk"), **kwargs)
+
+
+def test_the_chunk_compiled_ahead_is_the_one_the_loop_runs_and_computes_the_same():
+    """make_train(compile_ahead=True) (train.py's) compiles the chunk in a thread from the fresh state's shapes
+    while the state is built; the loop's `chunk_executable` takes that program, which computes what the plain
+    jitted chunk computes."""
+    import numpy as np
+
+    ahead = _walk_trainer(compile_ahead=True)
+    pending = ahead._ahead
+    assert pending is not None and pending["thread"].name == "compile-chunk"
+    executable = ahead.chunk_executable(ahead.runner_state, 2)
+    assert executable is pending["executable"] and ahead._ahead is None  # taken once
+    plain = _walk_trainer()
+    assert plain._ahead is None  # only when asked: other callers jit the chunk themselves
+    runner_a, metrics_a = executable(ahead.runner_state, np.int32(2))
+    runner_p, metrics_p = plain.train_chunk(plain.runner_state, 2)
+    for a, p in zip(jax.tree.leaves(runner_a.train_state.params), jax.tree.leaves(runner_p.train_state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(p))
+    np.testing.assert_array_equal(np.asarray(metrics_a["pg_loss"]), np.asarray(metrics_p["pg_loss"]))
+
+
+def test_a_state_of_other_types_or_a_failed_ahead_compile_is_handled_where_the_loop_asks():
+    ahead = _walk_trainer(compile_ahead=True)
+    pending = ahead._ahead
+    weak = ahead.runner_state.replace(update_step=jnp.asarray(0))  # a weakly typed leaf: not the program's input
+    assert ahead.chunk_executable(weak, 2) is not pending["executable"]
+
+    failing = _walk_trainer()
+
+    class Lowering:
+        def lower(self, *args):
+            raise RuntimeError("RESOURCE_EXHAUSTED: out of memory while compiling")
+
+    failing.compiled_chunk = Lowering()
+    failing._ahead = failing._start_compiling(2)
+    with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):  # the thread's error, in the caller's thread
+        failing.chunk_executable(failing.runner_state, 2)
 
 
 def test_a_run_that_fails_in_setup_in_process_leaves_no_watchdog_running(tmp_path, capsys):

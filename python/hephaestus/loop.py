@@ -118,7 +118,7 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
     if startup is not None:
         startup.enter("first compile")
     t0 = time.perf_counter()
-    compiled = trainer.compiled_chunk.lower(runner, np.int32(config.run.log_interval)).compile()
+    compiled = trainer.chunk_executable(runner, config.run.log_interval)  # compiled ahead where make_train was asked
     result.compile_seconds = time.perf_counter() - t0
     if startup is not None:
         startup.enter("first chunk" if jax.default_backend() == "cpu" else None)

@@ -305,7 +305,9 @@ def chunk(ctx: PPOContext, pipeline: list[Stage], runner: RunnerState, num_updat
 # ---------------------------------------------------------------------------------------------
 # Building it: the context, the stage list, the compiled chunk and the fresh agents.
 
-def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
+def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead: bool = False) -> Trainer:
+    """The run's compiled pieces and its fresh state. `compile_ahead`: start compiling the chunk (for the fresh
+    state's shapes, in a background thread) before building that state; `loop.run` picks it up."""
     # Devices first: an indivisible --num-envs is a one-line error before anything is built or compiled.
     mesh = mesh_for(config)
     num_envs, num_seeds = config.env.num_envs, config.run.num_seeds
@@ -345,4 +347,5 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None) -> Trainer:
     fresh_runner_state = jax.jit(fresh if num_seeds == 1 else partial(fresh_agents, fresh))
 
     return Trainer(config=config, env=env, network=network, pipeline=pipeline, compiled_chunk=compiled_chunk,
-                   fresh_runner_state=fresh_runner_state, sharder=shard, context=ctx, eval_env=eval_env)
+                   fresh_runner_state=fresh_runner_state, sharder=shard, context=ctx, eval_env=eval_env,
+                   compile_ahead=compile_ahead)

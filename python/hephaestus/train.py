@@ -53,6 +53,15 @@ def main(argv=None) -> int:
     finally:
         watchdog.stop()
         lock.release()
+        if not _END_AT_ONCE:  # in-process (the tests, a notebook): no chunk compile left running behind the caller
+            from hephaestus.trainer import compiles_in_flight
+            for thread in compiles_in_flight():
+                thread.join()
+
+
+# Set by script_main: the process ends right after main, so a chunk compile still running (a refused checkpoint,
+# Ctrl-C during start-up) is not waited for; script_main ends the process with os._exit instead.
+_END_AT_ONCE = False
 
 
 def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
@@ -82,7 +91,9 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
           f"{config.num_updates} updates, {update_summary(config)}, compile cache {cache}")
     t_setup = time.perf_counter()
     try:
-        trainer = make_train(config, env)
+        # The chunk compiles while the fresh state is built; not with --debug-nans, whose chunks run through the
+        # jitted function (loop.py) and must be traced with jax's NaN checks on.
+        trainer = make_train(config, env, compile_ahead=not config.logging.debug_nans)
     except ValueError as err:
         fail(str(err))
     except RuntimeError as err:
@@ -203,12 +214,16 @@ def script_main(argv=None) -> int:
     """scripts/train_purejaxrl.py: `main`, then exit. After a failed save orbax's background threads can wait on
     each other for 300 s; nothing of this run needs them (the failure is reported, earlier checkpoints are
     complete), so the process then ends at once instead of joining them at interpreter exit."""
+    global _END_AT_ONCE
     sys.stdout, sys.stderr = OutputThatOutlivesItsTerminal(sys.stdout), OutputThatOutlivesItsTerminal(sys.stderr)
+    _END_AT_ONCE = True
     try:
         code = main(argv)
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     stray = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if "hephaestus.trainer" in sys.modules:  # (not imported by --help or a flag error)
+        stray += sys.modules["hephaestus.trainer"].compiles_in_flight()
     if stray:
         for stream in (sys.stdout, sys.stderr):
             try:

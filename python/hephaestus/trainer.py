@@ -3,16 +3,27 @@ for it (a single seed, --num-seeds S stacked agents, or a sweep's agents with th
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hephaestus.config import TrainConfig
 from hephaestus.distributed import Sharder
 from hephaestus.envs.adapters import AdaptedEnv
 from hephaestus.runner_state import RunnerState, initial_hyper, strongly_typed
+
+
+# Ahead-of-time chunk compiles still running (Trainer.compile_ahead). A process must not end while one is inside
+# XLA (the interpreter's shutdown aborts it: SIGABRT): train.py joins them, or ends at once with os._exit.
+_COMPILES: set = set()
+
+
+def compiles_in_flight() -> list[threading.Thread]:
+    return [thread for thread in list(_COMPILES) if thread.is_alive()]
 
 
 @dataclass
@@ -29,12 +40,68 @@ class Trainer:
     # The env evaluations play: the env's defaults, where --env-params changed the training env (a curriculum, a
     # reward coefficient), so that runs with different env parameters are scored on the same game; else `env`.
     eval_env: AdaptedEnv | None = None
+    # Compile the chunk in a background thread while the fresh state is built (train.py asks for it): the
+    # compile needs only the state's shapes, and on a cold HackMatrix start it is the longest step.
+    compile_ahead: bool = False
 
     def __post_init__(self):
         if self.eval_env is None:
             self.eval_env = self.env
+        self._ahead = None
+        if self.compile_ahead:
+            self._ahead = self._start_compiling(self.config.run.log_interval)
         if self.runner_state is None:
             self.runner_state = self.init_runner_state(self.config.run.seed)
+
+    def fresh_state_shapes(self) -> RunnerState:
+        """The shapes, dtypes and shardings of the run's fresh runner state, without building it (strongly typed,
+        as `init_agents` makes it and a checkpoint restores it)."""
+        num_seeds = self.config.run.num_seeds
+        key = jax.ShapeDtypeStruct((2,) if num_seeds == 1 else (num_seeds, 2), jnp.uint32)
+        hyper = {k: jax.ShapeDtypeStruct(() if num_seeds == 1 else (num_seeds,), jnp.float32)
+                 for k in initial_hyper(self.config)}
+        shapes = jax.eval_shape(self.fresh_runner_state, key, hyper)
+        shardings = self.sharder.runner_shardings(shapes) if self.sharder.active else jax.tree.map(lambda _: None,
+                                                                                                   shapes)
+        return jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), shapes,
+                            shardings)
+
+    def _start_compiling(self, num_updates: int):
+        """A thread lowering and compiling the chunk for `fresh_state_shapes()`; its result (or error) is picked up
+        by `chunk_executable`."""
+        shapes = self.fresh_state_shapes()  # traced here, in the caller's thread: reused by the fresh state's call
+        result: dict = {"shapes": shapes}
+
+        def compile_chunk():
+            try:
+                result["executable"] = self.compiled_chunk.lower(shapes, np.int32(num_updates)).compile()
+            except BaseException as err:  # noqa: BLE001 (re-raised in the caller's thread)
+                result["error"] = err
+
+        thread = threading.Thread(target=compile_chunk, name="compile-chunk", daemon=True)
+        _COMPILES.add(thread)
+        thread.start()
+        result["thread"] = thread
+        return result
+
+    def chunk_executable(self, runner: RunnerState, num_updates: int):
+        """The compiled chunk for `runner` (chunks of up to `num_updates`): the one compiled ahead when it was
+        compiled for these shapes and this length, else compiled now. An error of the ahead compile (out of
+        memory) is raised here."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and num_updates == self.config.run.log_interval:
+            ahead["thread"].join()
+            _COMPILES.discard(ahead["thread"])
+            if "error" in ahead:
+                raise ahead["error"]
+            def same(a, b):  # b: the runner's leaf; a sharding-less shape means one device
+                return (a.shape == b.shape and a.dtype == b.dtype and not getattr(b, "weak_type", False)
+                        and (a.sharding is None or b.sharding.is_equivalent_to(a.sharding, len(a.shape))))
+
+            if jax.tree.structure(ahead["shapes"]) == jax.tree.structure(runner) and all(
+                    jax.tree.leaves(jax.tree.map(same, ahead["shapes"], runner))):
+                return ahead["executable"]
+        return self.compiled_chunk.lower(runner, np.int32(num_updates)).compile()
 
     @property
     def mesh(self):  # jax.sharding.Mesh over the `data` axis, or None with one device (distributed.py)
