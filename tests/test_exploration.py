@@ -128,6 +128,76 @@ def test_rnd_scores_before_learning_and_its_error_falls_with_visits():
     assert float(unseen_novelty.mean()) > 2 * float(novelty.mean())  # a new state is scored before it is learned
 
 
+def _critic_stage(**options):
+    from hephaestus.envs.adapters import EnvSpec
+    from hephaestus.stages import StageContext, extra_stages
+
+    config = TrainConfig.from_flat(env="deepsea:6", extra_stages=("count_bonus", "intrinsic_critic"),
+                                   intrinsic_critic_hidden_dim=16, **options)
+    spec = EnvSpec(name="toy", obs_dim=4, discrete=True, action_dim=2)
+    return config, extra_stages(StageContext(config=config, env_spec=spec, network=None))
+
+
+def test_the_intrinsic_critic_takes_the_bonus_out_of_the_reward_and_gives_it_a_non_episodic_advantage():
+    from hephaestus.bonus import _ValueNet
+
+    config, (count, critic) = _critic_stage(intrinsic_critic_gamma=0.9, intrinsic_critic_coef=2.0)
+    assert (count.name, critic.name) == ("count_bonus", "intrinsic_critic")
+    t, n = 5, 3
+    rng = np.random.default_rng(0)
+    obs = jnp.asarray(np.eye(4)[rng.integers(0, 4, (t, n))], jnp.float32)
+    batch = {"obs": obs, "next_obs": obs, "last_obs": jnp.eye(4)[:n], "reward": jnp.full((t, n), 0.25),
+             "terminated": jnp.zeros((t, n), bool).at[2].set(True), "truncated": jnp.zeros((t, n), bool)}
+    _, batch, _, _ = count.apply(None, None, batch, count.init(None))
+    state = critic.init(jax.random.PRNGKey(0))
+    hyper = {"gae_lambda": jnp.float32(0.8)}
+    _, out, new_state, metrics = critic.apply(None, None, batch, state, hyper)
+    np.testing.assert_allclose(np.asarray(out["reward"]), 0.25, rtol=1e-6)  # the extrinsic reward again
+    # The advantage: GAE over the intrinsic stream as one never-ending episode, with the critic before training.
+    values = np.asarray(_ValueNet(16).apply(state.params, jnp.concatenate([obs, batch["last_obs"][None]])))
+    bonus = np.asarray(batch["intrinsic_reward"])
+    expected, running = np.zeros((t, n)), np.zeros(n)
+    for i in reversed(range(t)):  # the episode end at t=2 cuts nothing
+        running = bonus[i] + 0.9 * values[i + 1] - values[i] + 0.9 * 0.8 * running
+        expected[i] = running
+    np.testing.assert_allclose(np.asarray(out["intrinsic_advantage"]), 2.0 * expected, rtol=1e-4, atol=1e-5)
+    # The critic learns its targets: the loss falls when it sees the same batch again and again.
+    losses = []
+    for _ in range(20):
+        _, _, state, metrics = critic.apply(None, None, batch, state, hyper)
+        losses.append(float(metrics["intrinsic_critic/loss"]))
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_the_advantage_stage_adds_the_intrinsic_advantage_and_keeps_the_extrinsic_target():
+    from hephaestus.ppo import advantage_apply
+
+    t, n = 4, 2
+    batch = {"reward": jnp.ones((t, n)), "value": jnp.zeros((t, n)), "last_value": jnp.zeros((n,)),
+             "bootstrap_value": jnp.zeros((t, n)), "terminated": jnp.zeros((t, n), bool),
+             "truncated": jnp.zeros((t, n), bool)}
+    hyper = {"gamma": jnp.float32(0.9), "gae_lambda": jnp.float32(0.9)}
+    _, plain, _, _ = advantage_apply(None, None, None, batch, None, hyper)
+    _, both, _, _ = advantage_apply(None, None, None, {**batch, "intrinsic_advantage": jnp.full((t, n), 3.0)},
+                                    None, hyper)
+    np.testing.assert_allclose(np.asarray(both["advantage"]), np.asarray(plain["advantage"]) + 3.0, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(both["target"]), np.asarray(plain["target"]))  # the critic's is extrinsic
+
+
+def test_bonuses_sum_into_intrinsic_reward_and_the_critic_needs_one_before_it():
+    from hephaestus.config import ConfigError
+
+    config, (count, _) = _critic_stage()
+    batch = {"next_obs": jnp.eye(4)[None], "reward": jnp.zeros((1, 4)), "intrinsic_reward": jnp.full((1, 4), 0.5)}
+    _, out, _, _ = count.apply(None, None, batch, count.init(None))
+    np.testing.assert_allclose(np.asarray(out["intrinsic_reward"]), 0.5 + np.asarray(out["reward"]), rtol=1e-6)
+    with pytest.raises(ConfigError, match="needs an exploration bonus before it"):
+        resolve(TrainConfig.from_flat(env="deepsea:6", extra_stages=("intrinsic_critic", "count_bonus")))
+    with pytest.raises(ConfigError, match="intrinsic-critic-gamma"):
+        resolve(TrainConfig.from_flat(env="deepsea:6", extra_stages=("count_bonus", "intrinsic_critic"),
+                                      intrinsic_critic_gamma=1.0))
+
+
 @pytest.mark.heavy
 def test_deepsea_experiment_quick_runs_end_to_end(tmp_path):
     out = tmp_path / "ds"

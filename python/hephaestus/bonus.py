@@ -95,7 +95,13 @@ def _add_bonus(batch, bonus, prefix):
     abs_int, abs_ext = jnp.sum(jnp.abs(bonus)), jnp.sum(jnp.abs(extrinsic))
     metrics = {f"{prefix}/intrinsic_reward": jnp.mean(bonus),
                f"{prefix}/intrinsic_share": abs_int / jnp.maximum(abs_int + abs_ext, 1e-8)}
-    return {**batch, "reward": extrinsic + bonus, "intrinsic_reward": bonus}, metrics
+    return {**batch, "reward": extrinsic + bonus, "intrinsic_reward": add_intrinsic(batch, bonus)}, metrics
+
+
+def add_intrinsic(batch, bonus):
+    """`intrinsic_reward` with `bonus` added: the sum of every bonus stage's bonus so far (what intrinsic_critic
+    takes back out of `reward`)."""
+    return batch["intrinsic_reward"] + bonus if "intrinsic_reward" in batch else bonus
 
 
 @register_stage("rnd")
@@ -139,3 +145,64 @@ def count_bonus_stage(ctx: StageContext) -> Stage:
 
     return Stage(name="count_bonus", apply=apply, init=lambda key: jnp.zeros((size,), jnp.int32), after="rollout",
                  reads=("next_obs",))
+
+
+class _ValueNet(nn.Module):
+    hidden: int
+
+    @nn.compact
+    def __call__(self, x):
+        for _ in range(2):
+            x = nn.relu(nn.Dense(self.hidden)(x))
+        return nn.Dense(1)(x)[..., 0]
+
+
+@struct.dataclass
+class IntrinsicCriticState:
+    params: dict
+    opt_state: object
+
+
+@register_stage("intrinsic_critic")
+def intrinsic_critic_stage(ctx: StageContext) -> Stage:
+    """After the bonus stages (validated in IntrinsicCriticOptions): the bonus leaves `reward` and gets its own
+    critic and non-episodic return. The intrinsic stream is treated as one episode that never ends: the state after
+    obs[t] is obs[t + 1] (the next episode's first observation where an episode ended) and after the last step the
+    rollout's current observation (`last_obs`). Its GAE advantage, computed before the critic trains on this batch
+    and times `coef`, is added to PPO's extrinsic advantage by the advantage stage (`intrinsic_advantage`)."""
+    from hephaestus.ppo import gae
+
+    opts = ctx.config.stages.intrinsic_critic
+    net = _ValueNet(opts.hidden_dim)
+    tx = optax.adam(opts.lr)
+    dim = ctx.env_spec.obs_dim
+
+    def init(key):
+        params = net.init(key, jnp.zeros((1, dim), jnp.float32))
+        return IntrinsicCriticState(params=params, opt_state=tx.init(params))
+
+    def apply(key, train_state, batch, state: IntrinsicCriticState, hyper):
+        intrinsic = batch["intrinsic_reward"]
+        obs = batch["obs"].astype(jnp.float32)
+        stream = jnp.concatenate([obs, batch["last_obs"].astype(jnp.float32)[None]], axis=0)  # [T + 1, N, D]
+        values = net.apply(state.params, stream)
+        never = jnp.zeros(intrinsic.shape, bool)
+        advantage = gae(intrinsic, values[:-1], values[1:], never, never, opts.gamma, hyper["gae_lambda"])
+        target = jax.lax.stop_gradient(advantage + values[:-1])
+
+        def step(carry, _):
+            params, opt_state = carry
+            loss, grads = jax.value_and_grad(lambda p: 0.5 * jnp.mean((net.apply(p, obs) - target) ** 2))(params)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), loss
+
+        (params, opt_state), losses = jax.lax.scan(step, (state.params, state.opt_state), None, length=opts.steps)
+        explained = 1.0 - jnp.var(target - values[:-1]) / jnp.maximum(jnp.var(target), 1e-8)
+        batch = {**batch, "reward": batch["reward"] - intrinsic, "intrinsic_advantage": opts.coef * advantage}
+        metrics = {"intrinsic_critic/value": jnp.mean(values), "intrinsic_critic/loss": losses[-1],
+                   "intrinsic_critic/explained_variance": explained,
+                   "intrinsic_critic/advantage_std": jnp.std(advantage)}
+        return train_state, batch, IntrinsicCriticState(params=params, opt_state=opt_state), metrics
+
+    return Stage(name="intrinsic_critic", apply=apply, init=init, after="rollout", reads=("next_obs", "last_obs"),
+                 takes_hyper=True)

@@ -44,3 +44,38 @@ class CountOptions:
 
     def validate(self, config) -> None:
         require_positive(self, "count", "table_size")
+
+
+# Stages that add an exploration bonus to `reward` and write it (summed, when several do) as `intrinsic_reward`.
+BONUS_STAGES = ("rnd", "count_bonus", "intrinsic_reward")
+
+
+@register_options("intrinsic_critic")
+@dataclass(frozen=True)
+class IntrinsicCriticOptions:
+    """--extra-stages intrinsic_critic: the bonus gets its own critic and non-episodic returns (RND's two value
+    heads, Burda et al. 2018): the stage takes `intrinsic_reward` back out of `reward`, fits its own value network
+    to the intrinsic stream as one never-ending episode, and adds coef x its GAE advantage to PPO's advantage."""
+
+    gamma: float = 0.99
+    """intrinsic critic discount (episode ends do not cut the intrinsic return)"""
+    hidden_dim: int = 64
+    """intrinsic critic width (2 ReLU layers)"""
+    lr: float = 1e-3
+    """intrinsic critic learning rate"""
+    steps: int = 4
+    """intrinsic critic gradient steps (full batch) per PPO update"""
+    coef: float = 1.0
+    """weight of the intrinsic advantage added to PPO's (extrinsic) advantage"""
+
+    def validate(self, config) -> None:
+        if "intrinsic_critic" not in config.extra_stages:
+            return
+        require_positive(self, "intrinsic_critic", "hidden_dim", "steps", "lr")
+        if not 0 <= self.gamma < 1:
+            raise ConfigError(f"--intrinsic-critic-gamma must be in [0, 1), got {self.gamma}")
+        stages = list(config.extra_stages)
+        bonus = [s for s in stages[:stages.index("intrinsic_critic")] if s in BONUS_STAGES]
+        if not bonus:
+            raise ConfigError("--extra-stages intrinsic_critic needs an exploration bonus before it (--agent rnd, "
+                              "count, dtc or disagreement)")

@@ -89,7 +89,7 @@ AGENTS = {"ppo": ((), {}), "dtc": (DTC_STAGES, {}), "disagreement": (DTC_STAGES,
           "dreamer": (DREAMER_STAGES, {"dtc_ensemble_size": 1, "dreamer_novelty_coef": 0.0}),
           "dreamer-dtc": (DREAMER_STAGES, {"dreamer_novelty_coef": 1.0})}
 AGENT_AUTO_FALLBACKS = {"dtc_ensemble_size": 5, "dtc_competence_coef": 1.0, "dreamer_novelty_coef": 0.0}
-OBS_READING_STAGES = DTC_STAGES + DREAMER_STAGES + ("rnd", "count_bonus")
+OBS_READING_STAGES = DTC_STAGES + DREAMER_STAGES + ("rnd", "count_bonus", "intrinsic_critic")
 
 
 def env_defaults(env: str) -> dict:

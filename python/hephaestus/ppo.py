@@ -145,6 +145,8 @@ def rollout_apply(ctx: PPOContext, key, train_state, batch, rs: RolloutState):
     (rs, sums), batch = jax.lax.scan(env_step, (shard.constrain_state("rollout", rs), sums),
                                      jax.random.split(key, ctx.num_steps))
     batch["last_value"] = network.apply(params, rs.obs, method="value")
+    if ctx.store_next_obs:  # the observation the next rollout starts from (intrinsic_critic's last next state)
+        batch["last_obs"] = rs.obs.astype(jnp.float32)
     metrics = rollout_metrics.to_metrics(sums, rs.last_mean_return, rs.last_mean_length, ctx.batch_size)
     rs = rs.replace(last_mean_return=metrics["mean_episode_return"], last_mean_length=metrics["mean_episode_length"])
     return train_state, shard.constrain_batch(batch), rs, metrics
@@ -183,6 +185,8 @@ def advantage_apply(ctx: PPOContext, key, train_state, batch, state, hyper=None)
                     hyper["gae_lambda"])
     target = advantage + batch["value"]
     ev = 1.0 - jnp.var(target - batch["value"]) / jnp.maximum(jnp.var(target), 1e-8)  # explained variance
+    if "intrinsic_advantage" in batch:  # intrinsic_critic: the bonus's own (non-episodic) advantage joins the policy's
+        advantage = advantage + batch["intrinsic_advantage"]
     return train_state, {**batch, "advantage": advantage, "target": target}, state, {"explained_variance": ev}
 
 
@@ -333,7 +337,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead
         reward_terms=rollout_metrics.reward_terms(v_reset, v_step, spec, num_envs),
         # Named action ranges (EnvSpec.action_groups, e.g. HackMatrix move/siphon/program).
         action_groups=tuple(getattr(spec, "action_groups", ())) if spec.discrete else (),
-        store_next_obs=any("next_obs" in stage.reads for stage in extras))
+        store_next_obs=any(key in stage.reads for stage in extras for key in ("next_obs", "last_obs")))
     core = {"rollout": Stage("rollout", partial(rollout_apply, ctx), partial(rollout_init, ctx),
                              partition=ROLLOUT_PARTITION),
             "advantage": Stage("advantage", partial(advantage_apply, ctx), takes_hyper=True),

@@ -106,7 +106,8 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, rnd_coef=args.rnd_coef,
                          count_coef=args.count_coef)
     config = agent_config(config, agent)
-    config = config.replace(extra_stages=("deepsea_probe",) + config.extra_stages + ("bonus_probe",))
+    critic = ("intrinsic_critic",) if args.intrinsic_critic and agent in BONUS_AGENTS else ()
+    config = config.replace(extra_stages=("deepsea_probe",) + config.extra_stages + critic + ("bonus_probe",))
     return resolve(config.replace(log_interval=config.num_updates))[0]  # the whole run: one compiled chunk
 
 
@@ -144,10 +145,14 @@ def label(agent: str, args) -> str:
     """The agent's name in tables and plots: the DTC family's rows name their novelty signal; the disagreement
     agent is DTC with competence off."""
     noisy = " [stochastic]" if args.stochastic else ""
+    noisy += " + intrinsic critic" if args.intrinsic_critic and agent in BONUS_AGENTS else ""
     if agent not in ("dtc", "disagreement"):
         return agent + noisy
     variant = [args.novelty_signal] + ([] if args.aleatoric_weight == 1.0 else [f"aleatoric {args.aleatoric_weight:g}"])
     return f"{'dtc' if agent == 'dtc' else 'dtc, competence off'} ({', '.join(variant)}){noisy}"
+
+
+BONUS_AGENTS = ("count", "rnd", "dtc", "disagreement")  # the agents --intrinsic-critic applies to
 
 
 def spearman(x, y) -> float:
@@ -306,6 +311,8 @@ def main():
     p.add_argument("--replay-capacity", type=int, default=1024)
     p.add_argument("--ensemble-size", type=int, default=5)
     p.add_argument("--wm-dim", type=int, default=64, help="RSSM deter and hidden width")
+    p.add_argument("--intrinsic-critic", action="store_true", help="the bonus agents (count, rnd, dtc, "
+                   "disagreement) with the intrinsic_critic stage: the bonus's own critic and non-episodic returns")
     p.add_argument("--stochastic", action="store_true", help="bsuite's deep_sea_stochastic: random transitions "
                    "and N(0, 1) reward noise at the chain's ends; solved below 0.8 bad episodes, from episode 100")
     p.add_argument("--quick", action="store_true", help="defaults for a smoke run: 2 sizes (6, 8), 3 seeds, 300 "

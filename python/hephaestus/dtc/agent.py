@@ -200,7 +200,10 @@ def intrinsic_reward_stage(ctx: StageContext) -> Stage:
                                                            config.stages.dtc.max_horizon),
                    "dtc/intrinsic_reward": jnp.mean(bonus),
                    "dtc/intrinsic_share": abs_int / jnp.maximum(abs_int + abs_ext, 1e-8)}
-        batch = {**batch, "reward": extrinsic + bonus, "intrinsic_reward": bonus, "dtc_intrinsic_reward": bonus,
+        from hephaestus.bonus import add_intrinsic
+
+        batch = {**batch, "reward": extrinsic + bonus, "intrinsic_reward": add_intrinsic(batch, bonus),
+                 "dtc_intrinsic_reward": bonus,
                  "dtc_extrinsic_reward": extrinsic}
         return train_state, batch, state, metrics
 
