@@ -24,7 +24,7 @@ from flax import struct
 
 from hephaestus.dtc import intrinsic as intr
 from hephaestus.normalization import merge_moments
-from hephaestus.stages import Stage, StageContext, register_stage
+from hephaestus.stages import Stage, StageContext, add_intrinsic, register_stage
 
 
 class _RNDNet(nn.Module):
@@ -96,12 +96,6 @@ def _add_bonus(batch, bonus, prefix):
     metrics = {f"{prefix}/intrinsic_reward": jnp.mean(bonus),
                f"{prefix}/intrinsic_share": abs_int / jnp.maximum(abs_int + abs_ext, 1e-8)}
     return {**batch, "reward": extrinsic + bonus, "intrinsic_reward": add_intrinsic(batch, bonus)}, metrics
-
-
-def add_intrinsic(batch, bonus):
-    """`intrinsic_reward` with `bonus` added: the sum of every bonus stage's bonus so far (what intrinsic_critic
-    takes back out of `reward`)."""
-    return batch["intrinsic_reward"] + bonus if "intrinsic_reward" in batch else bonus
 
 
 @register_stage("rnd")

@@ -159,6 +159,12 @@ def build_pipeline(core: dict[str, Stage], extras: list[Stage]) -> list[Stage]:
     return pipeline
 
 
+def add_intrinsic(batch, bonus):
+    """The batch's `intrinsic_reward` with `bonus` added: the sum of the bonuses of every exploration stage so far,
+    each of which also adds its bonus to `reward` (what the intrinsic_critic stage takes back out)."""
+    return batch["intrinsic_reward"] + bonus if "intrinsic_reward" in batch else bonus
+
+
 @register_stage("reward_bonus")
 def reward_bonus_stage(ctx: StageContext) -> Stage:
     """Adds a constant to every reward. Useful as a template and as a check that stages compose."""

@@ -27,7 +27,7 @@ from hephaestus.config import DTC_STAGES
 from hephaestus.dtc import intrinsic as intr
 from hephaestus.dtc import replay as rp
 from hephaestus.dtc import rssm
-from hephaestus.stages import ENVS, REPLICATED, Stage, StageContext, register_stage
+from hephaestus.stages import ENVS, REPLICATED, Stage, StageContext, add_intrinsic, register_stage
 
 # Batch keys the DTC stages add ([T, N] float32).
 DTC_BATCH_KEYS = {
@@ -200,8 +200,6 @@ def intrinsic_reward_stage(ctx: StageContext) -> Stage:
                                                            config.stages.dtc.max_horizon),
                    "dtc/intrinsic_reward": jnp.mean(bonus),
                    "dtc/intrinsic_share": abs_int / jnp.maximum(abs_int + abs_ext, 1e-8)}
-        from hephaestus.bonus import add_intrinsic
-
         batch = {**batch, "reward": extrinsic + bonus, "intrinsic_reward": add_intrinsic(batch, bonus),
                  "dtc_intrinsic_reward": bonus,
                  "dtc_extrinsic_reward": extrinsic}
