@@ -139,7 +139,7 @@ def _critic_stage(**options):
 
 
 def test_the_intrinsic_critic_takes_the_bonus_out_of_the_reward_and_gives_it_a_non_episodic_advantage():
-    from hephaestus.bonus import _ValueNet
+    from hephaestus.bonus import ReluMLP
 
     config, (count, critic) = _critic_stage(intrinsic_critic_gamma=0.9, intrinsic_critic_coef=2.0)
     assert (count.name, critic.name) == ("count_bonus", "intrinsic_critic")
@@ -154,7 +154,7 @@ def test_the_intrinsic_critic_takes_the_bonus_out_of_the_reward_and_gives_it_a_n
     _, out, new_state, metrics = critic.apply(None, None, batch, state, hyper)
     np.testing.assert_allclose(np.asarray(out["reward"]), 0.25, rtol=1e-6)  # the extrinsic reward again
     # The advantage: GAE over the intrinsic stream as one never-ending episode, with the critic before training.
-    values = np.asarray(_ValueNet(16).apply(state.params, jnp.concatenate([obs, batch["last_obs"][None]])))
+    values = np.asarray(ReluMLP(16, 1).apply(state.params, jnp.concatenate([obs, batch["last_obs"][None]]))[..., 0])
     bonus = np.asarray(batch["intrinsic_reward"])
     expected, running = np.zeros((t, n)), np.zeros(n)
     for i in reversed(range(t)):  # the episode end at t=2 cuts nothing

@@ -27,7 +27,9 @@ from hephaestus.normalization import merge_moments
 from hephaestus.stages import Stage, StageContext, add_intrinsic, register_stage
 
 
-class _RNDNet(nn.Module):
+class ReluMLP(nn.Module):
+    """Two ReLU layers and a linear output: RND's target and predictor, the intrinsic critic (out=1)."""
+
     hidden: int
     out: int
 
@@ -51,8 +53,8 @@ class RNDState:
 
 def make_rnd(config, spec):
     """(init(key) -> RNDState, apply(state, next_obs [T, N, D]) -> (state, novelty [T, N], metrics))."""
-    target_net = _RNDNet(config.stages.rnd.hidden_dim, config.stages.rnd.embed_dim)
-    predictor_net = _RNDNet(config.stages.rnd.hidden_dim, config.stages.rnd.embed_dim)
+    target_net = ReluMLP(config.stages.rnd.hidden_dim, config.stages.rnd.embed_dim)
+    predictor_net = ReluMLP(config.stages.rnd.hidden_dim, config.stages.rnd.embed_dim)
     tx = optax.adam(config.stages.rnd.lr)
     dim = spec.obs_dim
 
@@ -141,16 +143,6 @@ def count_bonus_stage(ctx: StageContext) -> Stage:
                  reads=("next_obs",))
 
 
-class _ValueNet(nn.Module):
-    hidden: int
-
-    @nn.compact
-    def __call__(self, x):
-        for _ in range(2):
-            x = nn.relu(nn.Dense(self.hidden)(x))
-        return nn.Dense(1)(x)[..., 0]
-
-
 @struct.dataclass
 class IntrinsicCriticState:
     params: dict
@@ -167,26 +159,27 @@ def intrinsic_critic_stage(ctx: StageContext) -> Stage:
     from hephaestus.ppo import gae
 
     opts = ctx.config.stages.intrinsic_critic
-    net = _ValueNet(opts.hidden_dim)
+    mlp = ReluMLP(opts.hidden_dim, 1)
+    value_of = lambda params, x: mlp.apply(params, x)[..., 0]  # noqa: E731
     tx = optax.adam(opts.lr)
     dim = ctx.env_spec.obs_dim
 
     def init(key):
-        params = net.init(key, jnp.zeros((1, dim), jnp.float32))
+        params = mlp.init(key, jnp.zeros((1, dim), jnp.float32))
         return IntrinsicCriticState(params=params, opt_state=tx.init(params))
 
     def apply(key, train_state, batch, state: IntrinsicCriticState, hyper):
         intrinsic = batch["intrinsic_reward"]
         obs = batch["obs"].astype(jnp.float32)
         stream = jnp.concatenate([obs, batch["last_obs"].astype(jnp.float32)[None]], axis=0)  # [T + 1, N, D]
-        values = net.apply(state.params, stream)
+        values = value_of(state.params, stream)
         never = jnp.zeros(intrinsic.shape, bool)
         advantage = gae(intrinsic, values[:-1], values[1:], never, never, opts.gamma, hyper["gae_lambda"])
         target = jax.lax.stop_gradient(advantage + values[:-1])
 
         def step(carry, _):
             params, opt_state = carry
-            loss, grads = jax.value_and_grad(lambda p: 0.5 * jnp.mean((net.apply(p, obs) - target) ** 2))(params)
+            loss, grads = jax.value_and_grad(lambda p: 0.5 * jnp.mean((value_of(p, obs) - target) ** 2))(params)
             updates, opt_state = tx.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), loss
 
