@@ -158,7 +158,7 @@ def test_resolve_settles_every_auto_once_and_is_idempotent():
     raw = TrainConfig.from_flat(env="hackmatrix", num_envs=2048, agent="disagreement", dtc_replay_capacity=1 << 15)
     assert None in (raw.ppo.ent_coef, raw.network.hidden_dim, raw.ppo.num_minibatches) and raw.run.run_name == ""
     config, note = resolve(raw, hm)
-    assert (config.ppo.ent_coef, config.network.hidden_dim) == (0.03, 256)
+    assert (config.ppo.ent_coef, config.network.hidden_dim) == (0.1, 256)
     assert (config.ppo.num_minibatches, config.ppo.update_epochs) == (32, 2) and note.startswith("auto-scale: batch")
     assert (config.network.encoder, config.network.obs_dtype) == ("mlp", "float32")  # DTC reads float observations
     assert config.extra_stages == cfg.DTC_STAGES and config.stages.dtc.competence_coef == 0.0
