@@ -283,6 +283,8 @@ CASES = {
                                                    extra_stages=("world_model", "intrinsic_reward"))),
     "cartpole-64x128-rnd": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=128,
                                                    updates_per_chunk=4, extra_stages=("rnd",))),
+    "cartpole-64x128-rnd-critic": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=128,
+                                                          updates_per_chunk=4, extra_stages=("rnd", "intrinsic_critic"))),
     # The dreamer agents (rollout -> dreamer: world model + actor-critic in imagination, no PPO update) at the same
     # env batch as cartpole-64x128, default sizes (replay ratio 1, horizon 15); issue 21's goal <= 3x PPO per env step.
     "cartpole-64x128-dreamer": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=128,
@@ -468,7 +470,8 @@ def main() -> int:
         theirs = results.get(f"{name}-purejaxrl")
         if name in results and theirs:
             print(f"{name}: hephaestus chunk / PureJaxRL's ppo.py = {results[name]['steps_per_s'] / theirs['steps_per_s']:.2f}x")
-        variants = {"dtc": "PPO+DTC", "rnd": "PPO+RND", "dreamer": "the dreamer",
+        variants = {"dtc": "PPO+DTC", "rnd": "PPO+RND", "rnd-critic": "PPO+RND with its intrinsic critic",
+                    "dreamer": "the dreamer",
                     "dreamer-dtc": "the dreamer with DTC novelty"}
         if name not in results or any(name.endswith(f"-{v}") for v in variants):
             continue  # not run, or a variant itself rather than the PPO case the variants are compared with
