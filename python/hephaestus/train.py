@@ -91,9 +91,10 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
           f"{config.num_updates} updates, {update_summary(config)}, compile cache {cache}")
     t_setup = time.perf_counter()
     try:
-        # The chunk compiles while the fresh state is built; not with --debug-nans, whose chunks run through the
-        # jitted function (loop.py) and must be traced with jax's NaN checks on.
-        trainer = make_train(config, env, compile_ahead=not config.logging.debug_nans)
+        # The chunk compiles while the fresh state is built. Not with --debug-nans, whose chunks run through the
+        # jitted function (loop.py) traced with jax's NaN checks on; not on --resume, where the checkpoint may yet
+        # be refused (a compile running then would have to be waited for, or abandoned inside XLA).
+        trainer = make_train(config, env, compile_ahead=not config.logging.debug_nans and resume is None)
     except ValueError as err:
         fail(str(err))
     except RuntimeError as err:
