@@ -25,9 +25,8 @@ Rewritten so that they are fast (the command is otherwise run as written):
   * `RUN` (a placeholder)        the name of a run this test trains first (TINY_TRAIN); `--latest` finds it too.
   * `checkpoints/<run>/<n>/`     a step the tiny run did not reach becomes the run's earliest step directory.
 
-Compiled with LLVM at -O0 (XLA_FLAGS --xla_backend_optimization_level=0, added to any flags already set): these runs
-check that a command works, not its speed, and a cold HackMatrix program compiles ~20% faster so (tiny run: 37 s
--> 30 s). Every other test compiles as users do.
+Like every test, the commands compile with LLVM at -O0 (tests/conftest.py): they check that a command works, not
+its speed.
 """
 
 import functools
@@ -100,13 +99,9 @@ def doc_blocks():
     return params
 
 
-FAST_COMPILE = "--xla_backend_optimization_level=0"
-
-
 def _run(argv, cwd):
-    xla_flags = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
     return subprocess.run([sys.executable, *argv], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "WANDB_MODE": "disabled", "XLA_FLAGS": xla_flags})
+                          env={**os.environ, "WANDB_MODE": "disabled"})
 
 
 @functools.lru_cache(maxsize=None)

@@ -56,10 +56,8 @@ class Trainer:
     def fresh_state_shapes(self) -> RunnerState:
         """The shapes, dtypes and shardings of the run's fresh runner state, without building it (strongly typed,
         as `init_agents` makes it and a checkpoint restores it)."""
-        num_seeds = self.config.run.num_seeds
-        key = jax.ShapeDtypeStruct((2,) if num_seeds == 1 else (num_seeds, 2), jnp.uint32)
-        hyper = {k: jax.ShapeDtypeStruct(() if num_seeds == 1 else (num_seeds,), jnp.float32)
-                 for k in initial_hyper(self.config)}
+        seeds = list(range(self.config.run.num_seeds))  # only their count shapes the state
+        key, hyper = jax.eval_shape(lambda: self.agent_inputs(seeds))
         shapes = jax.eval_shape(self.fresh_runner_state, key, hyper)
         shardings = self.sharder.runner_shardings(shapes) if self.sharder.active else jax.tree.map(lambda _: None,
                                                                                                    shapes)
@@ -118,21 +116,25 @@ class Trainer:
             raise ValueError(f"a chunk runs 1..{self.config.run.log_interval} updates, not {n}")
         return self.compiled_chunk(runner, jnp.int32(n))
 
-    def init_agents(self, seeds, hypers=None) -> RunnerState:
-        """The fresh state of `num_seeds` agents, placed on the mesh: agent i starts from PRNGKey(seeds[i]) (the
-        key of a single run with that seed) with the data hyperparameters `hypers[i]` (a dict overriding the
-        config's values, e.g. a sweep point; default none). With --num-seeds 1 the state has no seed axis."""
+    def agent_inputs(self, seeds, hypers=None):
+        """(key, hyper): what `fresh_runner_state` builds agents from. Agent i's key is PRNGKey(seeds[i]) (the key
+        of a single run with that seed); its data hyperparameters are the config's, overridden by `hypers[i]` (a
+        dict, e.g. a sweep point; default none). With --num-seeds 1 neither has a seed axis. The one place these
+        shapes are made: `fresh_state_shapes` traces it, `init_agents` runs it."""
         num_seeds = self.config.run.num_seeds
         hypers = list(hypers) if hypers is not None else [{}] * len(seeds)
         if len(seeds) != num_seeds or len(hypers) != num_seeds:
             raise ValueError(f"{len(seeds)} seeds and {len(hypers)} hyperparameter sets for {num_seeds} agents")
         rows = [initial_hyper(self.config, **h) for h in hypers]
         if num_seeds == 1:
-            key, hyper = jax.random.PRNGKey(seeds[0]), {k: jnp.float32(v) for k, v in rows[0].items()}
-        else:
-            key = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
-            hyper = {k: jnp.asarray([r[k] for r in rows], jnp.float32) for k in rows[0]}
-        return self.sharder.place(strongly_typed(self.fresh_runner_state(key, hyper)))
+            return jax.random.PRNGKey(seeds[0]), {k: jnp.float32(v) for k, v in rows[0].items()}
+        key = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
+        return key, {k: jnp.asarray([r[k] for r in rows], jnp.float32) for k in rows[0]}
+
+    def init_agents(self, seeds, hypers=None) -> RunnerState:
+        """The fresh state of `num_seeds` agents (`agent_inputs`), placed on the mesh. With --num-seeds 1 the state
+        has no seed axis."""
+        return self.sharder.place(strongly_typed(self.fresh_runner_state(*self.agent_inputs(seeds, hypers))))
 
     def init_runner_state(self, seed: int) -> RunnerState:
         """The fresh state of the run's agents: one agent seeded `seed`, or with --num-seeds S agents seeded
