@@ -13,7 +13,7 @@ from hephaestus import episode_stats
 from hephaestus import networks as nets
 from hephaestus.config import TrainConfig, resolve
 from hephaestus.envs.adapters import adapt_gymnax
-from hephaestus.evaluation import make_evaluator, summarise
+from hephaestus.evaluation import make_evaluator, policy_index, summarise
 from hephaestus.loop import run
 from hephaestus.ppo import make_train
 from hephaestus.sinks import chunk_reduce
@@ -124,14 +124,14 @@ def test_training_reports_declared_stats_of_the_episodes_that_ended(walk):
 # ------------------------------------------------------------------------------------------------ evaluation
 def test_evaluation_runs_k_episodes_to_their_end_or_the_cap(walk):
     env, params = stat_walk(), walk.runner_state.train_state.params
-    full = jax.device_get(make_evaluator(env, walk.network, 7, 50, "greedy")(params, jax.random.PRNGKey(0)))
+    full = jax.device_get(make_evaluator(env, walk.network, 7, 50)(params, jax.random.PRNGKey(0), policy_index("greedy")))
     assert full["return"].shape == (7,) and full["finished"].all()
     assert np.all((full["length"] >= 1) & (full["length"] <= 6))  # the walk truncates at 6 steps
     # an episode that did not hit the bound ran to the step limit; the flag and the level agree
     hit = full["stats"]["hit_bound"] > 0
     assert np.all(full["length"][~hit] == 6) and np.all(full["stats"]["reach"][hit] == 3)
     assert np.all(full["stats"]["right_moves"] <= full["length"])
-    capped = jax.device_get(make_evaluator(env, walk.network, 7, 2, "greedy")(params, jax.random.PRNGKey(0)))
+    capped = jax.device_get(make_evaluator(env, walk.network, 7, 2)(params, jax.random.PRNGKey(0), policy_index("greedy")))
     assert capped["length"].max() <= 2
     assert np.all(capped["finished"] == (capped["stats"]["hit_bound"] > 0))  # ended within 2 steps: hit
     m = summarise(capped, env.spec.episode_stats, "eval/")
@@ -143,13 +143,31 @@ def test_evaluation_runs_k_episodes_to_their_end_or_the_cap(walk):
 
 def test_evaluation_is_a_pure_function_of_params_and_key_and_vmaps(walk):
     env, params = stat_walk(), walk.runner_state.train_state.params
-    program = make_evaluator(env, walk.network, 5, 50, "sampled")
-    a = jax.device_get(program(params, jax.random.PRNGKey(1)))
-    b = jax.device_get(program(params, jax.random.PRNGKey(1)))
+    program = make_evaluator(env, walk.network, 5, 50)
+    sampled = policy_index("sampled")
+    a = jax.device_get(program(params, jax.random.PRNGKey(1), sampled))
+    b = jax.device_get(program(params, jax.random.PRNGKey(1), sampled))
     jax.tree.map(np.testing.assert_array_equal, a, b)
     keys = jnp.stack([jax.random.PRNGKey(1), jax.random.PRNGKey(2)])
-    both = jax.device_get(jax.vmap(program, in_axes=(None, 0))(params, keys))
+    both = jax.device_get(jax.vmap(program, in_axes=(None, 0, None))(params, keys, sampled))
     jax.tree.map(lambda x, y: np.testing.assert_array_equal(x[0], y), both, a)
+
+
+def test_one_compiled_program_plays_every_policy_and_its_argument_chooses(walk):
+    """The policy is data: greedy, sampled and random episodes come from one compile, and the random branch of an
+    agent's program is the network-free random program, episode for episode (same keys, same draws)."""
+    from hephaestus.evaluation import POLICIES
+
+    env, params = stat_walk(), walk.runner_state.train_state.params
+    program, key = make_evaluator(env, walk.network, 16, 20), jax.random.PRNGKey(3)
+    out = {p: jax.device_get(program(params, key, policy_index(p))) for p in POLICIES}
+    assert program._cache_size() == 1
+    alone = jax.device_get(make_evaluator(env, None, 16, 20)(None, key, policy_index("random")))
+    jax.tree.map(np.testing.assert_array_equal, out["random"], alone)
+    moves = {p: out[p]["stats"]["right_moves"] for p in POLICIES}
+    assert not np.array_equal(moves["greedy"], moves["sampled"]) and not np.array_equal(moves["greedy"], moves["random"])
+    with pytest.raises(ValueError, match="policy must be one of"):
+        policy_index("best")
 
 
 def test_loop_evaluates_after_the_chunk_that_crosses_eval_every_without_changing_training():

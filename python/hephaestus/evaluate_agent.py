@@ -77,7 +77,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         metrics, raw = evaluator(params, jax.random.PRNGKey(args.seed))
         print(f"{' and '.join(policies)}: {time.perf_counter() - t0:.1f}s (compile included)")
-        for prefix in evaluator.programs:
+        for prefix in evaluator.prefixes:
             print("\n".join(summary_lines(metrics, prefix)), flush=True)
         if args.json:
             info = {"source": source, "env": env.spec.name, "update": meta.get("update"),

@@ -1,6 +1,6 @@
 """Evaluation episodes: K complete episodes with given parameters, as their own compiled program.
 
-`make_evaluator(env, network, episodes, max_steps, policy)` returns a jitted pure function `(params, key) ->
+`make_evaluator(env, network, episodes, max_steps)` returns a jitted pure function `(params, key, policy) ->
 per-episode arrays`: K envs step in parallel (`vmap` of the adapter's step), each runs one episode from its reset
 to its end or to `max_steps`, inside one `lax.while_loop` that stops when every episode has ended. A lane whose
 episode ended keeps stepping (the adapter auto-resets it) but nothing it does is counted. Nothing depends on
@@ -8,14 +8,14 @@ Python state, so the function can later be vmapped over seeds' parameters and ke
 
 Policies: `greedy` (argmax over the valid actions, or the Gaussian mean), `sampled` (the training policy),
 `random` (masked-uniform over the valid actions, or uniform in the action bounds; `params` unused), all through
-`networks.act`.
+`networks.act`. The policy is an argument of the one compiled program, not a program of its own.
 
 `summarise(out, stats, prefix)` reduces the arrays on the host to `<prefix>return_mean/_std/_min/_max`,
 `<prefix>length_mean`, `<prefix>episodes`, `<prefix>capped_rate` (episodes cut by `max_steps`; their return,
 length and statistics are those of the part played) and every declared episode statistic
 (episode_stats.summarise: e.g. `eval/stage_reached>=2`, `eval/victory_rate`, `eval/siphons_per_episode`).
 
-`Evaluator` compiles the programs a caller asks for once and runs them in batches, for one agent or a --num-seeds
+`Evaluator` compiles that program once and runs the policies a caller asks for in batches, for one agent or a --num-seeds
 stack of them. The training loop runs it every `--eval-every` updates (loop.py), train.py once at the end of a
 run (`final_evaluation`, eval.json), and `scripts/evaluate.py` for any saved agent (evaluate_agent.py).
 """
@@ -33,28 +33,42 @@ PREFIXES = {"greedy": "eval/", "sampled": "eval_sampled/", "random": "eval/"}  #
 EVAL_JSON = "eval.json"
 
 
-def make_evaluator(env, network, episodes: int, max_steps: int, policy: str = "greedy"):
-    """The jitted `(params, key) -> {"return", "length", "finished", "stats": {name: ...}}`, arrays of [episodes]."""
+def policy_index(policy: str):
+    """The `policy` argument of `make_evaluator`'s program for a policy's name."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    return np.int32(POLICIES.index(policy))
+
+
+def make_evaluator(env, network, episodes: int, max_steps: int):
+    """The jitted `(params, key, policy) -> {"return", "length", "finished", "stats": {name: ...}}`, arrays of
+    [episodes]. `policy` (`policy_index(name)`) is data, not part of the program: one compile serves an agent's
+    greedy, sampled and random episodes (a HackMatrix evaluation program takes seconds to trace and a minute to
+    compile cold), and a `lax.switch` runs only the chosen policy's branch. Without a `network` (None) every
+    policy is the random one."""
     import jax
     import jax.numpy as jnp
 
     from hephaestus import episode_stats
     from hephaestus import networks as nets
 
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     if episodes < 1 or max_steps < 1:
         raise ValueError(f"evaluation needs at least 1 episode and 1 step (got {episodes}, {max_steps})")
     spec = env.spec
     stats = spec.episode_stats
     v_reset, v_step = jax.vmap(env.reset), jax.vmap(env.step)
 
-    def choose(params, obs, mask, key):
-        if policy == "random":
+    def choose(params, obs, mask, key, policy):
+        def random(_):
             return nets.random_action(key, mask, spec.discrete, spec.action_low, spec.action_high)
-        return nets.act(network, params, obs, mask, key, greedy=policy == "greedy")[0]
 
-    def run(params, key):
+        if network is None:
+            return random(None)
+        greedy = lambda _: nets.act(network, params, obs, mask, key, greedy=True)[0]  # noqa: E731
+        sampled = lambda _: nets.act(network, params, obs, mask, key)[0]  # noqa: E731
+        return jax.lax.switch(policy, [greedy, sampled, random], None)  # in POLICIES order
+
+    def run(params, key, policy):
         key_reset, key = jax.random.split(key)
         env_state, first = v_reset(jax.random.split(key_reset, episodes))
         carry = {"env_state": env_state, "obs": first.obs, "mask": first.action_mask, "key": key,
@@ -67,7 +81,7 @@ def make_evaluator(env, network, episodes: int, max_steps: int, policy: str = "g
 
         def body(c):
             key, key_act, key_env = jax.random.split(c["key"], 3)
-            action = choose(params, c["obs"], c["mask"], key_act)
+            action = choose(params, c["obs"], c["mask"], key_act, policy)
             env_state, step = v_step(jax.random.split(key_env, episodes), c["env_state"], action)
             active = c["active"]
             done = jnp.logical_or(step.terminated, step.truncated)
@@ -119,10 +133,10 @@ def run_in_batches(program, params, key, episodes: int, batch: int, seeds: bool 
 
 
 class Evaluator:
-    """Compiles the evaluation programs a run asks for once and runs them (the loop and train.py use it):
+    """Compiles the evaluation program once and runs the policies a run asks for (the loop and train.py use it):
     `episodes` episodes each time, `batch` of them in parallel (default: all).
 
-    With `num_seeds` S > 1 the parameters carry a leading [S] axis (a --num-seeds run) and the programs are vmapped
+    With `num_seeds` S > 1 the parameters carry a leading [S] axis (a --num-seeds run) and the program is vmapped
     over it: one call evaluates every agent, agent i with its own key."""
 
     def __init__(self, env, network, episodes: int, max_steps: int, sampled: bool = False, batch: int = 0,
@@ -136,11 +150,17 @@ class Evaluator:
         self.policies = tuple(policies or ("greedy",) + (("sampled",) if sampled else ()))
         if len({PREFIXES[p] for p in self.policies}) != len(self.policies):
             raise ValueError(f"policies {self.policies} would share a metric prefix (greedy and random both log eval/)")
-        self.programs = {PREFIXES[policy]: make_evaluator(env, network, self.batch, max_steps, policy)
-                         for policy in self.policies}
+        if network is None and set(self.policies) != {"random"}:
+            raise ValueError(f"policies {self.policies} need a network; without one only the random policy plays")
+        self.program = make_evaluator(env, network, self.batch, max_steps)  # one program for every policy
         if num_seeds > 1:
-            self.programs = {prefix: jax.jit(jax.vmap(program)) for prefix, program in self.programs.items()}
+            self.program = jax.jit(jax.vmap(self.program, in_axes=(0, 0, None)))
         self.compiled = False
+
+    @property
+    def prefixes(self) -> list[str]:
+        """The metric prefix of each policy, in the order they run."""
+        return [PREFIXES[policy] for policy in self.policies]
 
     def __call__(self, params, key) -> tuple[dict, dict]:
         """(metrics, raw per-episode arrays by prefix). Blocks until done. With several seeds `key` holds one key
@@ -152,7 +172,9 @@ class Evaluator:
 
         seeds = self.num_seeds > 1
         per_seed, raw = [{} for _ in range(self.num_seeds)], {}
-        for i, (prefix, program) in enumerate(self.programs.items()):
+        for i, policy in enumerate(self.policies):
+            prefix, index = PREFIXES[policy], policy_index(policy)
+            program = lambda p, k, index=index: self.program(p, k, index)  # noqa: E731
             out = run_in_batches(program, params, fold_in(key, i, seeds), self.episodes, self.batch, seeds=seeds)
             raw[prefix] = out
             for s, metrics in enumerate(per_seed):
@@ -240,7 +262,7 @@ def final_evaluation(trainer, runner_state, run_dir: str, message=print,
             "seed": config.run.seed, "num_seeds": num_seeds, **({"agent_seeds": agent_seeds} if agent_seeds else {})}
     path = write_eval_json(os.path.join(run_dir, EVAL_JSON), metrics, raw, info)
     message(f"final evaluation ({time.perf_counter() - t0:.1f}s, compile included):")
-    for prefix in evaluator.programs:
+    for prefix in evaluator.prefixes:
         for line in summary_lines(metrics, prefix):
             message(line)
     message(f"final evaluation in {path}")
