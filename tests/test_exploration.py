@@ -63,15 +63,20 @@ def test_deepsea_reports_bsuites_bad_episode_and_the_treasure_per_step(name):
         assert bad.max(0).tolist() == [0, 1, 1] and bad[4, 2] == 1
 
 
-def test_deepsea_solved_follows_bsuites_rule_for_each_variant():
-    """deepsea.py's `summarise`: a seed solves at the first episode where the cumulative share of bad episodes is
-    below 0.9 (deterministic), or below 0.8 counting only from episode 100 on (stochastic)."""
+def deepsea_experiment():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("deepsea_experiment",
                                                   os.path.join(ROOT, "scripts", "experiments", "deepsea.py"))
     deepsea = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(deepsea)
+    return deepsea
+
+
+def test_deepsea_solved_follows_bsuites_rule_for_each_variant():
+    """deepsea.py's `summarise`: a seed solves at the first episode where the cumulative share of bad episodes is
+    below 0.9 (deterministic), or below 0.8 counting only from episode 100 on (stochastic)."""
+    deepsea = deepsea_experiment()
     episodes = np.full((1, 6), 40.0)  # 40 episodes per update: 40, 80, ..., 240 in all
     bad = np.array([[40.0, 26.0, 24.0, 30.0, 40.0, 40.0]])  # cumulative share 1.0, 0.83, 0.75, 0.75, 0.8, 0.83
     treasures = episodes - bad
@@ -81,6 +86,22 @@ def test_deepsea_solved_follows_bsuites_rule_for_each_variant():
     assert det["seeds"][0]["solved_episode"] == 80  # 0.83 < 0.9 at episode 80
     assert noisy["seeds"][0]["solved_episode"] == 120  # 0.75 < 0.8, and 120 >= 100 episodes
     assert det["seeds"][0]["first_treasure"] == 80 and noisy["stochastic"] and not det["stochastic"]
+
+
+def test_deepsea_merge_pools_disjoint_seed_ranges_of_one_experiment_into_one_row():
+    """--merge of runs from different --first-seed: one row over all their seeds; the same seeds twice, or another
+    agent, stay separate rows."""
+    deepsea = deepsea_experiment()
+    seed = lambda solved: {"solved_episode": solved, "scored": solved is not None, "first_treasure": solved,
+                           "coverage": 1.0, "corr": -0.5}
+    run = lambda label, ids, solved: {"size": 20, "agent": "dtc", "label": label, "ent_coef": 0.01,
+                                      "stochastic": False, "env_steps_per_seed": 1000, "episodes": 50,
+                                      "distinct_maps": len(ids), "seed_ids": ids, "seeds": [seed(x) for x in solved]}
+    rows = deepsea.pool_seeds([run("a", [0, 1], [10, None]), run("b", [2], [30]), run("a", [2], [20]),
+                               run("a", [0], [40])])
+    assert [(r["label"], r["seed_ids"]) for r in rows] == [("a", [0, 1, 2]), ("b", [2]), ("a", [0])]
+    assert [s["solved_episode"] for s in rows[0]["seeds"]] == [10, None, 20] and rows[0]["distinct_maps"] == 3
+    assert "| 20 | a | 2/3 | 2/3 | median 15 |" in deepsea.row(rows[0])
 
 
 def test_training_seeds_get_different_maps():
@@ -203,7 +224,7 @@ def test_deepsea_experiment_quick_runs_end_to_end(tmp_path):
     out = tmp_path / "ds"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "experiments", "deepsea.py"), "--quick",
                            "--sizes", "5", "--episodes", "60", "--agents", "random", "ppo", "count", "disagreement",
-                           "--ppo-ent-coefs", "0.01", "0.1", "--out", str(out)],
+                           "--ppo-ent-coefs", "0.01", "0.1", "--first-seed", "1", "--out", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads((tmp_path / "ds.json").read_text())["results"]
@@ -215,6 +236,7 @@ def test_deepsea_experiment_quick_runs_end_to_end(tmp_path):
             assert r["expected_first"] == 32.0
             continue
         assert r["distinct_maps"] >= 2  # per-seed maps (3 seeds; two could coincide with 2^-25 chance)
+        assert r["seed_ids"] == [1, 2, 3]  # --first-seed 1
         assert r["episodes"] >= 60
         for s in r["seeds"]:
             assert 0.0 < s["coverage"] <= 1.0

@@ -102,7 +102,9 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          dtc_novelty_signal=args.novelty_signal,
                          dtc_seq_len=args.seq_len,
                          dtc_replay_ratio=args.replay_ratio, dtc_replay_capacity=args.replay_capacity,
-                         dtc_frontier_window=args.replay_capacity // 4, dtc_ensemble_size=args.ensemble_size,
+                         dtc_frontier_window=args.frontier_window or args.replay_capacity // 4,
+                         dtc_frontier_fraction=args.frontier_fraction, dtc_wm_batch=args.wm_batch,
+                         dtc_wm_lr=args.wm_lr, dtc_ensemble_size=args.ensemble_size,
                          dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, rnd_coef=args.rnd_coef,
                          count_coef=args.count_coef)
     config = agent_config(config, agent)
@@ -115,7 +117,8 @@ def run(size: int, agent: str, ent_coef: float, args) -> dict:
     config = make_config(size, agent, ent_coef, args)
     trainer = make_train(config, make_env(config.env.name))  # the pipeline's own training entry, one config per agent
     # Seeds vmapped: each its own init key, so its own network, env resets and DeepSea action map.
-    runners = jax.tree.map(lambda *xs: jnp.stack(xs), *[trainer.init_runner_state(s) for s in range(args.seeds)])
+    runners = jax.tree.map(lambda *xs: jnp.stack(xs), *[trainer.init_runner_state(s) for s in
+                                                                  range(args.first_seed, args.first_seed + args.seeds)])
     chunk = jax.jit(jax.vmap(lambda r, n: trainer.compiled_chunk(r, n), in_axes=(0, None)))
     t0 = time.perf_counter()
     compiled = chunk.lower(runners, jnp.int32(config.num_updates)).compile()
@@ -135,6 +138,7 @@ def run(size: int, agent: str, ent_coef: float, args) -> dict:
                      np.asarray(metrics["episode/treasure_rate"]), np.asarray(stages["deepsea_probe"]),
                      np.asarray(stages["bonus_probe"]), maps, args.stochastic,
                      {"compile_s": compile_s, "run_s": run_s, "ent_coef": ent_coef, "label": label(agent, args),
+                      "seed_ids": list(range(args.first_seed, args.first_seed + args.seeds)),
                       "curves": curves, "curve_every": every,
                       "env_steps_per_seed": config.num_updates * config.batch_size,
                       "share": float(np.mean([np.mean(v) for k, v in metrics.items() if k.endswith("intrinsic_share")]
@@ -149,9 +153,17 @@ def label(agent: str, args) -> str:
     if agent not in ("dtc", "disagreement"):
         return agent + noisy
     variant = [args.novelty_signal] + ([] if args.aleatoric_weight == 1.0 else [f"aleatoric {args.aleatoric_weight:g}"])
+    defaults = args.variant_defaults  # the parser's (--quick's where given): a row names what differs
+    if (args.frontier_window, args.frontier_fraction) != (defaults["frontier_window"], defaults["frontier_fraction"]):
+        variant.append(f"replay: {args.frontier_fraction:g} from the last {args.frontier_window or args.replay_capacity // 4}")
+    variant += [f"{name} {getattr(args, field):g}" for name, field in VARIANT_FLAGS.items()
+                if getattr(args, field) != defaults[field]]
     return f"{'dtc' if agent == 'dtc' else 'dtc, competence off'} ({', '.join(variant)}){noisy}"
 
 
+# DTC settings a row's label names when they differ from the parser's defaults.
+VARIANT_FLAGS = {"bonus": "intrinsic_coef", "replay ratio": "replay_ratio", "wm batch": "wm_batch", "wm lr": "wm_lr",
+                 "wm width": "wm_dim"}
 BONUS_AGENTS = ("count", "rnd", "dtc", "disagreement")  # the agents --intrinsic-critic applies to
 
 
@@ -266,6 +278,30 @@ def plot(results, path):
     fig.savefig(path, dpi=110)
 
 
+def pool_seeds(results: list) -> list:
+    """One row per experiment: rows of the same size, agent label, entropy coefficient and variant whose seeds are
+    disjoint (runs from different --first-seed) become one row over all their seeds. Rows whose seeds overlap stay
+    apart (the same seeds run twice are two measurements, not more seeds). Rows from before `seed_ids` was
+    recorded hold seeds 0..n-1."""
+    pooled = []
+    for r in results:
+        ids = r.get("seed_ids", list(range(len(r["seeds"]))))
+        same = next((p for p in pooled if not r.get("analytic") and not p.get("analytic")
+                     and (p["size"], p.get("label", p["agent"]), p.get("ent_coef"), p.get("stochastic"),
+                          p.get("env_steps_per_seed"))
+                     == (r["size"], r.get("label", r["agent"]), r.get("ent_coef"), r.get("stochastic"),
+                         r.get("env_steps_per_seed"))
+                     and not set(p["seed_ids"]) & set(ids)), None)
+        if same is None:
+            pooled.append({**r, "seed_ids": list(ids)})
+            continue
+        same.update(seeds=same["seeds"] + r["seeds"], seed_ids=same["seed_ids"] + list(ids),
+                    distinct_maps=same["distinct_maps"] + r["distinct_maps"],  # disjoint seeds: maps of their own keys
+                    run_s=same.get("run_s", 0.0) + r.get("run_s", 0.0),
+                    episodes=max(same["episodes"], r["episodes"]))  # the same env steps: episodes differ by a few
+    return pooled
+
+
 def merge(paths, out):
     results, ppo_ent = [], None
     for path in paths:
@@ -276,6 +312,7 @@ def merge(paths, out):
             sys.exit(f"error: --merge {path}: {err}")
         results += data["results"]
         ppo_ent = ppo_ent if ppo_ent is not None else data.get("ppo_ent")
+    results = pool_seeds(results)
     results.sort(key=lambda r: r["size"])  # stable: each size keeps its files' order
     with open(out + ".md", "w") as f:
         f.write(HEADER + "\n" + "\n".join(row(r) for r in results) + "\n")
@@ -289,6 +326,8 @@ def main():
     p.add_argument("--sizes", type=int, nargs="+", default=[10, 14, 20, 24, 30])
     p.add_argument("--agents", nargs="+", default=list(AGENTS), choices=AGENTS)
     p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1 (more seeds "
+                   "for a row: run again from --first-seed 10 and --merge)")
     p.add_argument("--episodes", type=int, default=10_000, help="episodes per size and seed (bsuite: 10,000)")
     p.add_argument("--ppo-ent-coefs", type=float, nargs="+", default=[0.01, 0.05, 0.1],
                    help="PPO's entropy coefficient is tuned over these on the smallest size")
@@ -309,6 +348,11 @@ def main():
     p.add_argument("--seq-len", type=int, default=8)
     p.add_argument("--replay-ratio", type=float, default=1.0, help="DTC world model: replayed per env step")
     p.add_argument("--replay-capacity", type=int, default=1024)
+    p.add_argument("--frontier-window", type=int, default=0,
+                   help="DTC replay: sequences in the recent window (0: a quarter of the capacity)")
+    p.add_argument("--frontier-fraction", type=float, default=0.5, help="DTC replay: share of draws from the window")
+    p.add_argument("--wm-batch", type=int, default=16, help="DTC world model: sequences per gradient step")
+    p.add_argument("--wm-lr", type=float, default=1e-3, help="DTC world model: learning rate")
     p.add_argument("--ensemble-size", type=int, default=5)
     p.add_argument("--wm-dim", type=int, default=64, help="RSSM deter and hidden width")
     p.add_argument("--intrinsic-critic", action="store_true", help="the bonus agents (count, rnd, dtc, "
@@ -324,10 +368,12 @@ def main():
         p.set_defaults(sizes=[6, 8], seeds=3, episodes=300, ppo_ent_coefs=[0.01, 0.1], num_envs=8, num_steps=16,
                        ensemble_size=2, wm_dim=16, replay_capacity=64, hidden_dim=32)
     args = p.parse_args()
+    args.variant_defaults = {field: p.get_default(field) for field in
+                                 ("frontier_window", "frontier_fraction", *VARIANT_FLAGS.values())}
     if args.merge:
         return merge(args.merge, args.out)
-    if min(args.sizes) < 2 or args.seeds < 1 or args.episodes < 1:
-        p.error("sizes must be >= 2, seeds and episodes >= 1")
+    if min(args.sizes) < 2 or args.seeds < 1 or args.episodes < 1 or args.first_seed < 0:
+        p.error("sizes must be >= 2, seeds and episodes >= 1, first seed >= 0")
 
     results = []
 
