@@ -104,6 +104,21 @@ def test_deepsea_merge_pools_disjoint_seed_ranges_of_one_experiment_into_one_row
     assert "| 20 | a | 2/3 | 2/3 | median 15 |" in deepsea.row(rows[0])
 
 
+def test_deepsea_experiment_refuses_a_bad_setting_before_training_and_plots_only_trained_rows(tmp_path):
+    """A setting the pipeline's config rejects is a one-line usage error (exit 2) before any run compiles; a run of
+    analytic rows only writes its table and says why there is no plot."""
+    script = os.path.join(ROOT, "scripts", "experiments", "deepsea.py")
+    proc = subprocess.run([sys.executable, script, "--sizes", "5", "--agents", "random", "dtc", "--frontier-fraction",
+                           "2", "--out", "bad"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == ("deepsea.py: error: dtc at size 5: --dtc-frontier-fraction must be "
+                                                    "in [0, 1], got 2.0")
+    assert not (tmp_path / "bad.json").exists()
+    deepsea = deepsea_experiment()
+    assert deepsea.plot([deepsea.random_agent(5, 10, 2)], None, str(tmp_path / "r.png")).startswith("no plot")
+    assert not (tmp_path / "r.png").exists()
+
+
 def test_training_seeds_get_different_maps():
     from hephaestus.ppo import make_train
 

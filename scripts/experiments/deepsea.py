@@ -44,6 +44,7 @@ import numpy as np
 from hephaestus.config import TrainConfig, agent_config, resolve
 from hephaestus.envs.registry import make_env
 from hephaestus.ppo import make_train
+from hephaestus.stage_options import ConfigError
 from hephaestus.stages import Stage, register_stage
 
 AGENTS = ("random", "ppo", "count", "rnd", "disagreement", "dtc", "dreamer", "dreamer-dtc")
@@ -90,6 +91,15 @@ def bonus_probe(ctx):
     return Stage(name="bonus_probe", apply=apply, init=lambda key: jnp.full((cells,), jnp.nan, jnp.float32))
 
 
+def frontier_window(args) -> int:
+    """DTC replay's recent window in sequences: --frontier-window, or a quarter of the capacity when it is 0."""
+    return args.frontier_window or args.replay_capacity // 4
+
+
+def seed_ids(args) -> list:
+    return list(range(args.first_seed, args.first_seed + args.seeds))
+
+
 def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
     batch = args.num_envs * args.num_steps
     steps = args.episodes * size
@@ -102,7 +112,7 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          dtc_novelty_signal=args.novelty_signal,
                          dtc_seq_len=args.seq_len,
                          dtc_replay_ratio=args.replay_ratio, dtc_replay_capacity=args.replay_capacity,
-                         dtc_frontier_window=args.frontier_window or args.replay_capacity // 4,
+                         dtc_frontier_window=frontier_window(args),
                          dtc_frontier_fraction=args.frontier_fraction, dtc_wm_batch=args.wm_batch,
                          dtc_wm_lr=args.wm_lr, dtc_ensemble_size=args.ensemble_size,
                          dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, rnd_coef=args.rnd_coef,
@@ -117,8 +127,7 @@ def run(size: int, agent: str, ent_coef: float, args) -> dict:
     config = make_config(size, agent, ent_coef, args)
     trainer = make_train(config, make_env(config.env.name))  # the pipeline's own training entry, one config per agent
     # Seeds vmapped: each its own init key, so its own network, env resets and DeepSea action map.
-    runners = jax.tree.map(lambda *xs: jnp.stack(xs), *[trainer.init_runner_state(s) for s in
-                                                                  range(args.first_seed, args.first_seed + args.seeds)])
+    runners = jax.tree.map(lambda *xs: jnp.stack(xs), *[trainer.init_runner_state(s) for s in seed_ids(args)])
     chunk = jax.jit(jax.vmap(lambda r, n: trainer.compiled_chunk(r, n), in_axes=(0, None)))
     t0 = time.perf_counter()
     compiled = chunk.lower(runners, jnp.int32(config.num_updates)).compile()
@@ -138,7 +147,7 @@ def run(size: int, agent: str, ent_coef: float, args) -> dict:
                      np.asarray(metrics["episode/treasure_rate"]), np.asarray(stages["deepsea_probe"]),
                      np.asarray(stages["bonus_probe"]), maps, args.stochastic,
                      {"compile_s": compile_s, "run_s": run_s, "ent_coef": ent_coef, "label": label(agent, args),
-                      "seed_ids": list(range(args.first_seed, args.first_seed + args.seeds)),
+                      "seed_ids": seed_ids(args),
                       "curves": curves, "curve_every": every,
                       "env_steps_per_seed": config.num_updates * config.batch_size,
                       "share": float(np.mean([np.mean(v) for k, v in metrics.items() if k.endswith("intrinsic_share")]
@@ -155,7 +164,7 @@ def label(agent: str, args) -> str:
     variant = [args.novelty_signal] + ([] if args.aleatoric_weight == 1.0 else [f"aleatoric {args.aleatoric_weight:g}"])
     defaults = args.variant_defaults  # the parser's (--quick's where given): a row names what differs
     if (args.frontier_window, args.frontier_fraction) != (defaults["frontier_window"], defaults["frontier_fraction"]):
-        variant.append(f"replay: {args.frontier_fraction:g} from the last {args.frontier_window or args.replay_capacity // 4}")
+        variant.append(f"replay: {args.frontier_fraction:g} from the last {frontier_window(args)}")
     variant += [f"{name} {getattr(args, field):g}" for name, field in VARIANT_FLAGS.items()
                 if getattr(args, field) != defaults[field]]
     return f"{'dtc' if agent == 'dtc' else 'dtc, competence off'} ({', '.join(variant)}){noisy}"
@@ -237,7 +246,12 @@ HEADER = ("| N | agent | solved | scored (< 2^N+100) | episodes to solve | episo
           "corr(bonus, visits) |\n|---|---|---|---|---|---|---|---|")
 
 
-def plot(results, path):
+def plot(results, ppo_ent, path) -> str:
+    """Episodes to solve and share of seeds solved against N, one line per trained agent (PPO at its chosen entropy
+    coefficient; the analytic random rows have no episodes). Returns the file written, or why there is none."""
+    results = [r for r in results if not r.get("analytic") and (r["agent"] != "ppo" or r["ent_coef"] == ppo_ent)]
+    if not results:
+        return "no plot: no trained agent's rows"
     import matplotlib
 
     matplotlib.use("Agg")
@@ -276,6 +290,7 @@ def plot(results, path):
     ax_solved.set_title(f"solved within {budget:,} episodes (bsuite: {rule})", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return path
 
 
 def pool_seeds(results: list) -> list:
@@ -283,15 +298,15 @@ def pool_seeds(results: list) -> list:
     disjoint (runs from different --first-seed) become one row over all their seeds. Rows whose seeds overlap stay
     apart (the same seeds run twice are two measurements, not more seeds). Rows from before `seed_ids` was
     recorded hold seeds 0..n-1."""
+    def setting(r):  # what must match for two rows to be one experiment
+        return r["size"], r.get("label", r["agent"]), r.get("ent_coef"), r.get("stochastic"), r.get("env_steps_per_seed")
+
     pooled = []
     for r in results:
         ids = r.get("seed_ids", list(range(len(r["seeds"]))))
-        same = next((p for p in pooled if not r.get("analytic") and not p.get("analytic")
-                     and (p["size"], p.get("label", p["agent"]), p.get("ent_coef"), p.get("stochastic"),
-                          p.get("env_steps_per_seed"))
-                     == (r["size"], r.get("label", r["agent"]), r.get("ent_coef"), r.get("stochastic"),
-                         r.get("env_steps_per_seed"))
-                     and not set(p["seed_ids"]) & set(ids)), None)
+        same = None if r.get("analytic") else next(
+            (p for p in pooled if not p.get("analytic") and setting(p) == setting(r) and not set(p["seed_ids"]) & set(ids)),
+            None)
         if same is None:
             pooled.append({**r, "seed_ids": list(ids)})
             continue
@@ -316,9 +331,8 @@ def merge(paths, out):
     results.sort(key=lambda r: r["size"])  # stable: each size keeps its files' order
     with open(out + ".md", "w") as f:
         f.write(HEADER + "\n" + "\n".join(row(r) for r in results) + "\n")
-    plot([r for r in results if not r.get("analytic") and (r["agent"] != "ppo" or r["ent_coef"] == ppo_ent)],
-         out + ".png")
-    print(f"wrote {out}.md, {out}.png ({len(results)} rows from {len(paths)} files)")
+    plotted = plot(results, ppo_ent, out + ".png")
+    print(f"wrote {out}.md, {plotted} ({len(results)} rows from {len(paths)} files)")
 
 
 def main():
@@ -374,6 +388,12 @@ def main():
         return merge(args.merge, args.out)
     if min(args.sizes) < 2 or args.seeds < 1 or args.episodes < 1 or args.first_seed < 0:
         p.error("sizes must be >= 2, seeds and episodes >= 1, first seed >= 0")
+    for size in args.sizes:  # every run's config checked before the first one trains: a bad flag costs no work
+        for agent in [a for a in dict.fromkeys(args.agents) if a != "random"]:
+            try:
+                make_config(size, agent, args.ent_coef, args)
+            except (ConfigError, ValueError) as err:
+                p.error(f"{agent} at size {size}: {err}")
 
     results = []
 
@@ -409,9 +429,7 @@ def main():
                     report(run(size, "ppo", ppo_ent, args))
             else:
                 report(run(size, agent, args.ent_coef, args))
-    plot([r for r in results if not r.get("analytic") and (r["agent"] != "ppo" or r["ent_coef"] == ppo_ent)],
-         args.out + ".png")
-    print(f"wrote {args.out}.json, {args.out}.md, {args.out}.png")
+    print(f"wrote {args.out}.json, {args.out}.md, {plot(results, ppo_ent, args.out + '.png')}")
 
 
 if __name__ == "__main__":
