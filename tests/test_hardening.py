@@ -271,7 +271,7 @@ def test_out_of_memory_says_what_it_needed(tmp_path, capsys, monkeypatch):
 
     from hephaestus import ppo
 
-    def make_train(config, env=None, compile_ahead=False):  # a --num-envs far too large: a real XLA allocation failure
+    def make_train(config, env=None, compile_ahead=False, store_programs_in=None):  # a --num-envs far too large: a real XLA allocation failure
         jnp.zeros((10**12,), jnp.float32).block_until_ready()
 
     monkeypatch.setattr(ppo, "make_train", make_train)

@@ -295,3 +295,15 @@ def test_the_startup_timeline_benchmark_times_the_run_setup_and_compile_lines_in
     assert 0 < run_line <= setup_done <= compile_done and "compile:" in out.stdout
     bad = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "has no scripts/train_purejaxrl.py" in bad.stderr
+
+
+def test_hackmatrix_declares_the_observation_that_a_traced_reset_shows():
+    """HackMatrix declares its observation's width and action mask, so adapting it traces no reset (a warm start's
+    ~0.4 s); the declaration must match what that trace would have found."""
+    from hephaestus.envs import adapters
+    from hephaestus.envs.registry import make_env
+
+    env = make_env("hackmatrix")
+    raw, params = env.raw_env, env.raw_params
+    probed = adapters._probe_spec("hackmatrix", lambda key: raw.reset_env(key, params)[::-1], True, raw.num_actions)
+    assert (env.spec.obs_dim, env.spec.has_action_mask) == (probed.obs_dim, probed.has_action_mask) == (1545, True)

@@ -12,7 +12,7 @@ callbacks: metrics come back as arrays and the Python loop logs them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, Callable
 
 import jax
@@ -27,6 +27,7 @@ from hephaestus.distributed import Sharder, mesh_for
 from hephaestus.envs.adapters import AdaptedEnv
 from hephaestus.envs.registry import make_env, make_training_env
 from hephaestus.obs_storage import ObsStorage, storage_for
+from hephaestus.stored_programs import ProgramStore
 from hephaestus.runner_state import (SEED_AXES, RunnerState, fresh_agent, fresh_agents, initial_hyper,  # noqa: F401
                                      make_optimizer, strongly_typed, with_optimizer_hyperparams)
 from hephaestus.stages import ENVS, REPLICATED, Stage, StageContext, build_pipeline, extra_stages
@@ -60,9 +61,17 @@ class PPOContext:
     v_reset: Callable | None = None
     v_step: Callable | None = None
     stats: tuple = ()  # declared per-episode statistics (EnvSpec.episode_stats, episode_stats.py)
-    reward_terms: tuple[str, ...] = ()  # the env step's info["reward_terms"] keys -> reward/<key> metrics
+    # The env step's info["reward_terms"] keys -> reward/<key> metrics: read from the step's output shapes when the
+    # rollout is first traced (rollout_metrics.reward_terms), not before, so a start whose chunk is read back from
+    # its stored export (stored_programs.py) never traces the step. A tuple where the caller knows them.
+    reward_terms_probe: Callable[[], tuple[str, ...]] | tuple[str, ...] = ()
     action_groups: tuple = ()  # (name, lo, hi) ranges of discrete actions -> actions/<name>_frac metrics
     store_next_obs: bool = False  # an extra stage reads batch["next_obs"]
+
+    @cached_property
+    def reward_terms(self) -> tuple[str, ...]:
+        probe = self.reward_terms_probe
+        return tuple(probe() if callable(probe) else probe)
 
     def __post_init__(self):
         if self.shard is None:
@@ -309,8 +318,11 @@ def chunk(ctx: PPOContext, pipeline: list[Stage], runner: RunnerState, num_updat
 # ---------------------------------------------------------------------------------------------
 # Building it: the context, the stage list, the compiled chunk and the fresh agents.
 
-def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead: bool = False) -> Trainer:
-    """The run's compiled pieces and its fresh state. `compile_ahead`: start compiling the chunk (for the fresh
+def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead: bool = False,
+               store_programs_in: str | None = None) -> Trainer:
+    """The run's compiled pieces and its fresh state. `store_programs_in`: a directory (train.py passes the
+    compilation cache's) where the chunk is exported and read back by later starts (stored_programs.py).
+    `compile_ahead`: start compiling the chunk (for the fresh
     state's shapes, in a background thread) before building that state; `loop.run` picks it up."""
     # Devices first: an indivisible --num-envs is a one-line error before anything is built or compiled.
     mesh = mesh_for(config)
@@ -334,7 +346,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead
         # How the rollout buffer stores observations (--obs-dtype, obs_storage.py): the batch's largest array.
         storage=storage_for(config.network.obs_dtype, spec), shard=shard, env=env, v_reset=v_reset,
         v_step=v_step, stats=spec.episode_stats,
-        reward_terms=rollout_metrics.reward_terms(v_reset, v_step, spec, num_envs),
+        reward_terms_probe=partial(rollout_metrics.reward_terms, v_reset, v_step, spec, num_envs),
         # Named action ranges (EnvSpec.action_groups, e.g. HackMatrix move/siphon/program).
         action_groups=tuple(getattr(spec, "action_groups", ())) if spec.discrete else (),
         store_next_obs=any(key in stage.reads for stage in extras for key in ("next_obs", "last_obs")))
@@ -352,4 +364,5 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead
 
     return Trainer(config=config, env=env, network=network, pipeline=pipeline, compiled_chunk=compiled_chunk,
                    fresh_runner_state=fresh_runner_state, sharder=shard, context=ctx, eval_env=eval_env,
-                   compile_ahead=compile_ahead)
+                   compile_ahead=compile_ahead,
+                   programs=ProgramStore.for_run(config, store_programs_in) if store_programs_in else None)

@@ -43,6 +43,9 @@ class Trainer:
     # Compile the chunk in a background thread while the fresh state is built (train.py asks for it): the
     # compile needs only the state's shapes, and on a cold HackMatrix start it is the longest step.
     compile_ahead: bool = False
+    # Where the run's chunk is exported to and read back from (stored_programs.py): a warm start then skips
+    # tracing it. None: compiled from the jitted function, as tests and benchmarks do.
+    programs: Any = None
 
     def __post_init__(self):
         if self.eval_env is None:
@@ -72,7 +75,7 @@ class Trainer:
 
         def compile_chunk():
             try:
-                result["executable"] = self.compiled_chunk.lower(shapes, np.int32(num_updates)).compile()
+                result["executable"] = self.compile_chunk(shapes, num_updates)
             except BaseException as err:  # noqa: BLE001 (re-raised in the caller's thread)
                 result["error"] = err
 
@@ -99,6 +102,13 @@ class Trainer:
             if jax.tree.structure(ahead["shapes"]) == jax.tree.structure(runner) and all(
                     jax.tree.leaves(jax.tree.map(same, ahead["shapes"], runner))):
                 return ahead["executable"]
+        return self.compile_chunk(runner, num_updates)
+
+    def compile_chunk(self, runner, num_updates: int):
+        """The chunk compiled for `runner`'s shapes (arrays or ShapeDtypeStructs): through the stored export where
+        the run has a program store, else `compiled_chunk.lower(...).compile()`."""
+        if self.programs is not None:
+            return self.programs.compile_chunk(self.compiled_chunk, runner, num_updates)
         return self.compiled_chunk.lower(runner, np.int32(num_updates)).compile()
 
     @property

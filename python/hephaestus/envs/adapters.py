@@ -228,7 +228,12 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
         obs, state = env.reset_env(key, params)
         return state, obs
 
-    spec = _probe_spec(name, raw_reset, discrete, action_dim, low, high)
+    if getattr(env, "obs_dim", None) is not None and getattr(env, "has_action_mask", None) is not None:
+        # Declared by the env (HackMatrix): no reset traced just to learn them (~0.4 s of a warm start).
+        spec = EnvSpec(name=name, obs_dim=int(env.obs_dim), discrete=discrete, action_dim=action_dim,
+                       action_low=tuple(low), action_high=tuple(high), has_action_mask=bool(env.has_action_mask))
+    else:
+        spec = _probe_spec(name, raw_reset, discrete, action_dim, low, high)
     if discrete and getattr(env, "action_groups", None):
         spec = dataclasses.replace(spec, action_groups=tuple((str(n), int(a), int(b)) for n, a, b in env.action_groups))
     spec = with_episode_stats(with_obs_structure(spec, env), env)

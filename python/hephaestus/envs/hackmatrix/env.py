@@ -86,6 +86,10 @@ class HackMatrix(spaces.Environment):
     # Observation structure (R95): obs[:33] are player features and owned-program flags, obs[33:] are
     # 36 cells x 42 channels, row-major. A network may encode the cells with shared weights.
     obs_cells = (33, 36, 42)
+    # The flat observation's width and that every observation carries an action mask, declared so that adapting the
+    # env traces no reset to learn them (envs/adapters.py; a test checks them against that trace).
+    obs_dim = OBS_SIZE
+    has_action_mask = True
     # A HackMatrix state should always offer a valid action (R121 makes an invalid one a failed step): an
     # observation with no valid action means the port is wrong, so the loop stops the run on one.
     fully_masked_is_bug = True

@@ -1,0 +1,115 @@
+"""Stored programs (issue 18, stored_programs.py): a start whose chunk was exported before reads it back instead of
+tracing it, runs the same numbers, and treats anything else (another setting, a damaged file) as a miss."""
+
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from hephaestus import stored_programs
+from hephaestus.config import TrainConfig, resolve
+from hephaestus.ppo import make_train
+
+TINY = dict(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, hidden_dim=16, num_layers=1, num_minibatches=2,
+            update_epochs=1, log_interval=3)
+
+
+def config(**changes):
+    return resolve(TrainConfig.from_flat(**{**TINY, "total_timesteps": 640, **changes}))[0]
+
+
+def run_chunks(trainer, chunks=2):
+    executable = trainer.chunk_executable(trainer.runner_state, trainer.config.run.log_interval)
+    runner, returns = trainer.runner_state, []
+    for _ in range(chunks):
+        runner, metrics = executable(runner, np.int32(trainer.config.run.log_interval))
+        returns.append(np.asarray(metrics["mean_episode_return"]))
+    return runner, np.concatenate(returns)
+
+
+def test_a_second_start_reads_the_stored_chunk_without_tracing_and_computes_the_same(tmp_path, monkeypatch):
+    first = make_train(config(seed=3), store_programs_in=str(tmp_path))
+    _, first_returns = run_chunks(first)
+    stored = os.listdir(tmp_path / "exported")
+    assert len(stored) == 1 and stored[0].startswith("chunk-")
+
+    # Another seed, run name and length: the same program, so the same stored chunk; nothing is exported again
+    # and the env step is never traced (the reward-term probe runs only when the rollout is traced).
+    def no_export(*args, **kwargs):
+        raise AssertionError("the chunk was exported again")
+
+    monkeypatch.setattr(stored_programs, "export_chunk", no_export)
+    second = make_train(config(seed=5, run_name="another", total_timesteps=960), store_programs_in=str(tmp_path))
+    runner, second_returns = run_chunks(second)
+    assert "reward_terms" not in vars(second.context)
+    assert os.listdir(tmp_path / "exported") == stored
+
+    # The numbers are those of the jitted chunk itself, for both seeds.
+    plain = make_train(config(seed=5, run_name="another", total_timesteps=960))
+    plain_runner, plain_returns = run_chunks(plain)
+    np.testing.assert_array_equal(second_returns, plain_returns)
+    for leaf, plain_leaf in zip(jax.tree.leaves(runner), jax.tree.leaves(plain_runner), strict=True):
+        np.testing.assert_array_equal(np.asarray(leaf), np.asarray(plain_leaf))
+    np.testing.assert_array_equal(first_returns, run_chunks(make_train(config(seed=3)))[1])
+
+
+def test_the_key_holds_what_shapes_the_program_and_leaves_out_what_does_not():
+    base = stored_programs.key_material(config())
+    for same in (dict(seed=9), dict(run_name="x", checkpoint_dir="/elsewhere"), dict(total_timesteps=6400),
+                 dict(final_eval_episodes=3)):
+        assert stored_programs.key_material(config(**same)) == base, same
+    for other in (dict(hidden_dim=32), dict(num_envs=8), dict(lr=1e-3), dict(agent="rnd"), dict(log_interval=2)):
+        assert stored_programs.key_material(config(**other)) != base, other
+
+
+def test_a_damaged_or_foreign_stored_file_is_a_miss_and_is_replaced(tmp_path):
+    trainer = make_train(config(), store_programs_in=str(tmp_path))
+    store = trainer.programs
+    os.makedirs(os.path.dirname(store.path))
+    with open(store.path, "wb") as f:  # what a full disk leaves behind: a truncated file
+        f.write(b"\x80\x04truncated")
+    assert store.load() is None
+    _, returns = run_chunks(trainer, chunks=1)  # exported again and stored over the damaged file
+    assert store.load() is not None and np.all(np.isfinite(returns))
+
+    other = make_train(config(hidden_dim=32), store_programs_in=str(tmp_path))
+    os.replace(store.path, other.programs.path)  # a file whose contents were stored for another config
+    assert other.programs.load() is None
+
+
+@pytest.mark.parametrize("cache", ["on", "off"])
+def test_the_training_script_stores_its_chunk_only_with_the_compilation_cache(tmp_path, cache):
+    from unittest import mock
+
+    import hephaestus.train as train
+    from hephaestus.trainer import Trainer
+
+    made = {}
+    original = Trainer.__post_init__
+
+    def record(self):
+        made["programs"] = self.programs
+        original(self)
+
+    argv = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", "64",
+            "--hidden-dim", "16", "--num-layers", "1", "--no-wandb", "--final-eval-episodes", "0",
+            "--checkpoint-dir", str(tmp_path)]
+    off = mock.patch("hephaestus.compilation_cache.enable_compilation_cache", return_value=None)
+    with mock.patch.object(Trainer, "__post_init__", record), (off if cache == "off" else mock.MagicMock()):
+        assert train.main(argv) == 0
+    if cache == "off":
+        assert made["programs"] is None
+    else:  # beside the session's compilation cache (conftest.py)
+        path = made["programs"].path
+        assert path.startswith(os.environ["JAX_COMPILATION_CACHE_DIR"]) and os.path.isfile(path)
+
+
+def test_the_store_keeps_only_the_newest_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(stored_programs, "KEEP", 2)
+    trainers = [make_train(config(hidden_dim=h), store_programs_in=str(tmp_path)) for h in (8, 16, 32)]
+    for i, trainer in enumerate(trainers):
+        trainer.chunk_executable(trainer.runner_state, trainer.config.run.log_interval)
+        os.utime(trainer.programs.path, (1000 + i, 1000 + i))  # written in this order, whatever the clock's grain
+    kept = sorted(os.listdir(tmp_path / "exported"))
+    assert kept == sorted(os.path.basename(t.programs.path) for t in trainers[1:])
