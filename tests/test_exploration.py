@@ -270,3 +270,21 @@ def test_deepsea_experiment_quick_runs_end_to_end(tmp_path):
     assert merged.returncode == 0, merged.stderr[-2000:]
     assert (tmp_path / "merged.md").read_text().count("| 5 | count |") == 2
     assert (tmp_path / "merged.png").stat().st_size > 0
+
+
+@pytest.mark.heavy
+def test_novelty_by_visits_diagnostic_quick_runs_and_rnd_pays_most_for_rare_cells(tmp_path):
+    script = os.path.join(ROOT, "scripts", "experiments", "novelty_by_visits.py")
+    proc = subprocess.run([sys.executable, script, "--quick", "--out", str(tmp_path / "nv")], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((tmp_path / "nv.json").read_text())
+    rows = {r["visits"]: r for r in data["rows"]}
+    assert data["size"] == 6 and 0 < data["cells_visited"] <= data["reachable_cells"] == 21
+    assert rows["100-999"]["dtc"] == pytest.approx(1.0) and rows["100-999"]["rnd"] == pytest.approx(1.0)
+    assert sum(r["transitions"] for r in data["rows"]) <= 3 * 16 * 32  # the probes' transitions, binned once
+    rare = data["rows"][0]  # the fewest visits any probed cell had
+    assert rare["visits"] in ("0", "1-9") and rare["rnd"] > 2.0  # scored before learning: a rare cell pays more
+    assert (tmp_path / "nv.png").stat().st_size > 0 and "| 100-999 |" in proc.stdout
+    bad = subprocess.run([sys.executable, script, "--p-right", "1.5"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--p-right" in bad.stderr.strip().splitlines()[-1]
