@@ -37,6 +37,8 @@ def main(argv=None) -> int:
     p.add_argument("--updates", type=int, default=300, help="training batches of 16 envs x 32 steps")
     p.add_argument("--p-right", type=float, default=0.3, help="the training stream's chance of moving right")
     p.add_argument("--wm-dim", type=int, default=64, help="RSSM deter and hidden width")
+    p.add_argument("--replay-ratio", type=float, default=1.0,
+                   help="DTC world model: sequences replayed per env step (DeepSea experiment default: 1)")
     p.add_argument("--probes", type=int, default=20, help="probe batches (16 envs x 32 steps, biases 0..1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="N = 6, 20 updates, 3 probes")
@@ -44,8 +46,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.size, args.updates, args.probes = 6, 20, 3
-    if args.size < 2 or args.updates < 1 or args.probes < 1 or not 0 < args.p_right < 1:
-        p.error("--size >= 2, --updates >= 1, --probes >= 1 and 0 < --p-right < 1")
+    if args.size < 2 or args.updates < 1 or args.probes < 1 or not 0 < args.p_right < 1 or args.replay_ratio <= 0:
+        p.error("--size >= 2, --updates >= 1, --probes >= 1, 0 < --p-right < 1 and --replay-ratio > 0")
 
     import jax
     import jax.numpy as jnp
@@ -60,7 +62,7 @@ def main(argv=None) -> int:
     config = resolve(TrainConfig.from_flat(
         env=f"deepsea:{n}", agent="dtc", num_envs=envs, num_steps=steps, dtc_seq_len=8, dtc_frontier_window=64,
         dtc_frontier_fraction=1.0, dtc_novelty_signal="surprise", dtc_deter_dim=args.wm_dim,
-        dtc_hidden_dim=args.wm_dim))[0]
+        dtc_hidden_dim=args.wm_dim, dtc_replay_ratio=args.replay_ratio))[0]
     spec = make_env(config.env.name).spec
     _, wm_init, wm_train = make_world_model(config, spec)
     wm_train = jax.jit(wm_train)
@@ -123,6 +125,7 @@ def main(argv=None) -> int:
                          **{name: float(np.mean(scores[name][(lo, hi)])) / reference[name] for name in scores}})
     reachable = n * (n + 1) // 2
     result = {"size": n, "updates": args.updates, "p_right": args.p_right, "wm_dim": args.wm_dim,
+              "replay_ratio": args.replay_ratio,
               "probes": args.probes, "seed": args.seed, "cells_visited": int(np.sum(visits > 0)),
               "reachable_cells": reachable, "train_seconds": round(train_s, 1), "rows": rows}
     print(f"DeepSea-{n}: {args.updates} updates of a p(right) = {args.p_right} stream ({train_s:.0f} s); "
