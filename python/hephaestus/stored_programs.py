@@ -85,6 +85,12 @@ def key_material(config) -> dict:
     }
 
 
+def _leaf_specs(runner) -> list:
+    """The runner's leaves as ShapeDtypeStructs, with their shardings where they have them."""
+    return [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None))
+            for x in jax.tree.leaves(runner)]
+
+
 class StoredChunk:
     """A run's chunk through its export: `compile(runner, num_updates)` gives the callable loop.run dispatches,
     (runner_state, num_updates) -> (runner_state, metrics), as `jit(chunk).lower(...).compile()` does."""
@@ -103,8 +109,7 @@ class StoredChunk:
 
     def compile(self, runner, num_updates: int):
         runner_tree = jax.tree.structure(runner)
-        leaves = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None))
-                  for x in jax.tree.leaves(runner)]
+        leaves = _leaf_specs(runner)
         compiled = self._jitted.lower(leaves, np.int32(num_updates)).compile()
         metrics_tree = self.metrics_tree
 
@@ -119,8 +124,7 @@ def export_chunk(jitted_chunk, runner) -> StoredChunk:
     """Trace and lower `jitted_chunk` (ppo.chunk under jit, donating the runner) for `runner`'s shapes, exported
     with the runner as a flat list of leaves (the runner's tree holds functions, which jax.export cannot store)."""
     runner_tree = jax.tree.structure(runner)
-    leaves = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None))
-              for x in jax.tree.leaves(runner)]
+    leaves = _leaf_specs(runner)
     out = {}
 
     def flat_chunk(leaves, n):
