@@ -31,19 +31,20 @@ def run_chunks(trainer, chunks=2):
 def test_a_second_start_reads_the_stored_chunk_without_tracing_and_computes_the_same(tmp_path, monkeypatch):
     first = make_train(config(seed=3), store_programs_in=str(tmp_path))
     _, first_returns = run_chunks(first)
-    stored = os.listdir(tmp_path / "exported")
-    assert len(stored) == 1 and stored[0].startswith("chunk-")
+    stored = sorted(os.listdir(tmp_path / "exported"))
+    assert [name.split("-")[0] for name in stored] == ["chunk", "fresh"]
 
     # Another seed, run name and length: the same program, so the same stored chunk; nothing is exported again
     # and the env step is never traced (the reward-term probe runs only when the rollout is traced).
     def no_export(*args, **kwargs):
-        raise AssertionError("the chunk was exported again")
+        raise AssertionError("a program was exported again")
 
     monkeypatch.setattr(stored_programs, "export_chunk", no_export)
+    monkeypatch.setattr(stored_programs, "export_fresh", no_export)
     second = make_train(config(seed=5, run_name="another", total_timesteps=960), store_programs_in=str(tmp_path))
     runner, second_returns = run_chunks(second)
     assert "reward_terms" not in vars(second.context)
-    assert os.listdir(tmp_path / "exported") == stored
+    assert sorted(os.listdir(tmp_path / "exported")) == stored
 
     # The numbers are those of the jitted chunk itself, for both seeds.
     plain = make_train(config(seed=5, run_name="another", total_timesteps=960))
@@ -66,7 +67,7 @@ def test_the_key_holds_what_shapes_the_program_and_leaves_out_what_does_not():
 def test_a_damaged_or_foreign_stored_file_is_a_miss_and_is_replaced(tmp_path):
     trainer = make_train(config(), store_programs_in=str(tmp_path))
     store = trainer.programs
-    os.makedirs(os.path.dirname(store.path))
+    os.makedirs(os.path.dirname(store.path), exist_ok=True)
     with open(store.path, "wb") as f:  # what a full disk leaves behind: a truncated file
         f.write(b"\x80\x04truncated")
     assert store.load() is None
@@ -111,5 +112,21 @@ def test_the_store_keeps_only_the_newest_chunks(tmp_path, monkeypatch):
     for i, trainer in enumerate(trainers):
         trainer.chunk_executable(trainer.runner_state, trainer.config.run.log_interval)
         os.utime(trainer.programs.path, (1000 + i, 1000 + i))  # written in this order, whatever the clock's grain
-    kept = sorted(os.listdir(tmp_path / "exported"))
+    kept = sorted(n for n in os.listdir(tmp_path / "exported") if n.startswith("chunk-"))
     assert kept == sorted(os.path.basename(t.programs.path) for t in trainers[1:])
+
+
+def test_a_stored_fresh_state_has_the_traced_tree_and_values(tmp_path, monkeypatch):
+    """The fresh-agent program read back: its state's tree holds this start's own optimizer and network (what
+    no file holds) exactly where a trace puts them, and its values are the jitted program's, for stacked seeds."""
+    make_train(config(num_seeds=2), store_programs_in=str(tmp_path))  # exports and stores both programs
+    monkeypatch.setattr(stored_programs, "export_fresh", lambda *a, **k: pytest.fail("exported again"))
+    stored = make_train(config(num_seeds=2, seed=7), store_programs_in=str(tmp_path))
+    assert stored.stored_fresh(*stored.agent_inputs([7, 8])) is not None
+    key, hyper = stored.agent_inputs([7, 8])
+    traced = jax.eval_shape(stored.fresh_runner_state, key, hyper)
+    assert jax.tree.structure(stored.runner_state) == jax.tree.structure(traced)
+    assert stored.runner_state.train_state.tx is stored.optimizer
+    plain = make_train(config(num_seeds=2, seed=7))
+    for leaf, plain_leaf in zip(jax.tree.leaves(stored.runner_state), jax.tree.leaves(plain.runner_state), strict=True):
+        np.testing.assert_array_equal(np.asarray(leaf), np.asarray(plain_leaf))

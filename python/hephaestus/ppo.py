@@ -359,10 +359,11 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead
 
     # Fresh agents: one program (network, optimizer, env reset, stages) taking the hyperparameters as arguments, so
     # runs differing in --lr share it in the compilation cache; --num-seeds S maps it over S agents (fresh_agents).
-    fresh = partial(fresh_agent, network, make_optimizer(config), pipeline, spec.obs_dim)
+    optimizer = make_optimizer(config)
+    fresh = partial(fresh_agent, network, optimizer, pipeline, spec.obs_dim)
     fresh_runner_state = jax.jit(fresh if num_seeds == 1 else partial(fresh_agents, fresh))
 
     return Trainer(config=config, env=env, network=network, pipeline=pipeline, compiled_chunk=compiled_chunk,
                    fresh_runner_state=fresh_runner_state, sharder=shard, context=ctx, eval_env=eval_env,
-                   compile_ahead=compile_ahead,
+                   compile_ahead=compile_ahead, optimizer=optimizer,
                    programs=ProgramStore.for_run(config, store_programs_in) if store_programs_in else None)

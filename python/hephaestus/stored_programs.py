@@ -13,8 +13,10 @@ stored again. Each run's chunk is exported once (the cold start pays ~0 extra: e
 lowering `.lower()` did anyway) and then always called through its export, so the cold and the warm start compile
 the same program and share one compilation-cache entry.
 
-Only the chunk: the fresh state's program returns flax TrainStates whose tree carries the optimizer's functions,
-which no file can hold, so that one is still traced (specs/speed.md says what that costs).
+The fresh state's program is stored the same way (`fresh-<key>.bin`), so a warm start traces neither. Its output
+tree holds the run's optimizer and the network's apply function (flax's TrainState keeps them as static fields), and
+optax's functions cannot be pickled: the file names them instead (`persistent_id`), and a later start puts its own
+optimizer and network back in their place (the same objects a trace would have put there: a test compares the trees).
 
 A stored file that cannot be read or written is a miss and nothing else: this is a cache.
 """
@@ -22,6 +24,7 @@ A stored file that cannot be read or written is a miss and nothing else: this is
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import pickle
@@ -120,6 +123,44 @@ class StoredChunk:
         return run_chunk
 
 
+class StoredFresh:
+    """The fresh-agent program through its export: (key, hyper) -> the runner state, as `fresh_runner_state`."""
+
+    def __init__(self, exported, out_tree):
+        self.exported = exported
+        self.out_tree = out_tree
+        self._jitted = jax.jit(lambda leaves: exported.call(leaves))
+
+    def fits(self, key, hyper) -> bool:
+        leaves = jax.tree.leaves((key, hyper))
+        return len(leaves) == len(self.exported.in_avals) and all(
+            tuple(x.shape) == tuple(a.shape) and jnp.dtype(x.dtype) == a.dtype
+            for x, a in zip(leaves, self.exported.in_avals))
+
+    def shapes(self):
+        """The runner state's tree of ShapeDtypeStructs, without running anything."""
+        return jax.tree.unflatten(self.out_tree, [jax.ShapeDtypeStruct(a.shape, a.dtype)
+                                                  for a in self.exported.out_avals])
+
+    def __call__(self, key, hyper):
+        return jax.tree.unflatten(self.out_tree, self._jitted(jax.tree.leaves((key, hyper))))
+
+
+def export_fresh(jitted_fresh, key, hyper) -> StoredFresh:
+    """Trace and lower `jitted_fresh` ((key, hyper) -> runner state) for the shapes of `key` and `hyper`."""
+    in_tree = jax.tree.structure((key, hyper))
+    out = {}
+
+    def flat_fresh(leaves):
+        runner = jitted_fresh(*jax.tree.unflatten(in_tree, leaves))
+        leaves, out["tree"] = jax.tree.flatten(runner)
+        return leaves
+
+    exported = jax.export.export(jax.jit(flat_fresh))(
+        [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in jax.tree.leaves((key, hyper))])
+    return StoredFresh(exported, out["tree"])
+
+
 def export_chunk(jitted_chunk, runner) -> StoredChunk:
     """Trace and lower `jitted_chunk` (ppo.chunk under jit, donating the runner) for `runner`'s shapes, exported
     with the runner as a flat list of leaves (the runner's tree holds functions, which jax.export cannot store)."""
@@ -137,17 +178,42 @@ def export_chunk(jitted_chunk, runner) -> StoredChunk:
     return StoredChunk(exported, out["metrics_tree"])
 
 
+class _Pickler(pickle.Pickler):
+    """Pickles a tree's static data, writing the run's live objects (`live`: name -> object) as their names."""
+
+    def __init__(self, file, live: dict):
+        super().__init__(file)
+        self.live = live
+
+    def persistent_id(self, obj):
+        for name, live in self.live.items():
+            if obj is live or (inspect.ismethod(obj) and inspect.ismethod(live) and obj == live):
+                return name
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, live: dict):
+        super().__init__(file)
+        self.live = live
+
+    def persistent_load(self, name):
+        return self.live[name]
+
+
 class ProgramStore:
-    """The stored chunks of runs, one file per key in `directory` (the compilation cache's `exported/`)."""
+    """The stored programs of runs, one file per kind (chunk, fresh) and key in `directory` (the compilation
+    cache's `exported/`)."""
 
     def __init__(self, directory: str, material: dict):
-        self.material = material
-        name = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:32]
+        self.material = json.loads(json.dumps(material, default=str))
+        name = hashlib.sha256(json.dumps(self.material, sort_keys=True).encode()).hexdigest()[:32]
         self.path = os.path.join(directory, f"chunk-{name}.bin")
+        self.fresh_path = os.path.join(directory, f"fresh-{name}.bin")
 
     @classmethod
     def for_run(cls, config, cache_dir: str) -> ProgramStore | None:
-        """The store for a run, or None where chunks are not stored: several processes (each would export its
+        """The store for a run, or None where programs are not stored: several processes (each would export its
         own slice of a multi-host program), or the stored format unavailable (jax.export's serialisation needs
         the `flatbuffers` package)."""
         if jax.process_count() > 1:
@@ -158,44 +224,51 @@ class ProgramStore:
             return None
         return cls(os.path.join(cache_dir, "exported"), key_material(config))
 
-    def load(self) -> StoredChunk | None:
+    def _read(self, path: str, live: dict) -> dict | None:
         try:
-            with open(self.path, "rb") as f:
-                blob = pickle.load(f)
-            if blob.get("format") != FORMAT or blob.get("material") != json.loads(
-                    json.dumps(self.material, default=str)):
+            with open(path, "rb") as f:
+                blob = _Unpickler(f, live).load()
+            if blob.get("format") != FORMAT or blob.get("material") != self.material:
                 return None
-            return StoredChunk(jax.export.deserialize(bytearray(blob["exported"])), blob["metrics_tree"])
+            blob["exported"] = jax.export.deserialize(bytearray(blob["exported"]))
+            return blob
         except Exception:  # noqa: BLE001 (missing, truncated, from another version: a miss)
             return None
 
-    def save(self, chunk: StoredChunk) -> bool:
-        blob = {"format": FORMAT, "material": json.loads(json.dumps(self.material, default=str)),
-                "exported": bytes(chunk.exported.serialize()), "metrics_tree": chunk.metrics_tree}
+    def _write(self, path: str, exported, tree_fields: dict, live: dict) -> bool:
+        blob = {"format": FORMAT, "material": self.material, "exported": bytes(exported.serialize()), **tree_fields}
+        directory = os.path.dirname(path)
         try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.path), prefix=".chunk-")
+            os.makedirs(directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".stored-")
             try:
                 with os.fdopen(fd, "wb") as f:
-                    pickle.dump(blob, f)
-                os.replace(tmp, self.path)
+                    _Pickler(f, live).dump(blob)
+                os.replace(tmp, path)
             finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
-            self._prune()
-            return True
-        except (OSError, pickle.PicklingError, TypeError, AttributeError):  # a full disk, a tree with a function
+        except (OSError, pickle.PicklingError, TypeError, AttributeError):  # a full disk, an unpicklable tree
             return False
+        self._prune(os.path.basename(path).split("-")[0] + "-")
+        return True
 
-    def _prune(self) -> None:
-        """Keep the KEEP most recently written chunks (each change of code or config stores a new one)."""
+    def _prune(self, prefix: str) -> None:
+        """Keep the KEEP most recently written files of a kind (each change of code or config stores new ones)."""
         directory = os.path.dirname(self.path)
-        stored = [os.path.join(directory, n) for n in os.listdir(directory) if n.startswith("chunk-")]
+        stored = [os.path.join(directory, n) for n in os.listdir(directory) if n.startswith(prefix)]
         for path in sorted(stored, key=os.path.getmtime, reverse=True)[KEEP:]:
             try:
                 os.unlink(path)
             except OSError:
                 pass
+
+    def load(self) -> StoredChunk | None:
+        blob = self._read(self.path, {})
+        return None if blob is None else StoredChunk(blob["exported"], blob["metrics_tree"])
+
+    def save(self, chunk: StoredChunk) -> bool:
+        return self._write(self.path, chunk.exported, {"metrics_tree": chunk.metrics_tree}, {})
 
     def compile_chunk(self, jitted_chunk, runner, num_updates: int):
         """The run's chunk compiled for `runner`: from the stored export where one fits, else exported (and stored)
@@ -209,3 +282,18 @@ class ProgramStore:
             self.save(stored)
         return stored.compile(runner, num_updates)
 
+    def fresh_program(self, jitted_fresh, key, hyper, live: dict) -> StoredFresh | None:
+        """The run's fresh-agent program for inputs shaped like `key` and `hyper` (arrays or shapes): read back
+        where a stored one fits, else exported and stored now; None where exporting fails (the caller then runs
+        `jitted_fresh`). `live`: the objects the state's tree holds that a file cannot (name -> object)."""
+        blob = self._read(self.fresh_path, live)
+        if blob is not None:
+            stored = StoredFresh(blob["exported"], blob["out_tree"])
+            if stored.fits(key, hyper):
+                return stored
+        try:
+            stored = export_fresh(jitted_fresh, key, hyper)
+        except Exception:  # noqa: BLE001 (what jax.export cannot hold: run the jitted program as before)
+            return None
+        self._write(self.fresh_path, stored.exported, {"out_tree": stored.out_tree}, live)
+        return stored

@@ -46,11 +46,15 @@ class Trainer:
     # Where the run's chunk is exported to and read back from (stored_programs.py): a warm start then skips
     # tracing it. None: compiled from the jitted function, as tests and benchmarks do.
     programs: Any = None
+    # The optimizer the fresh program's TrainState holds: a stored fresh program's tree gets it back (with the
+    # network's apply function) in place of what no file can hold.
+    optimizer: Any = None
 
     def __post_init__(self):
         if self.eval_env is None:
             self.eval_env = self.env
         self._ahead = None
+        self._stored_fresh = None
         if self.compile_ahead:
             self._ahead = self._start_compiling(self.config.run.log_interval)
         if self.runner_state is None:
@@ -61,7 +65,8 @@ class Trainer:
         as `init_agents` makes it and a checkpoint restores it)."""
         seeds = list(range(self.config.run.num_seeds))  # only their count shapes the state
         key, hyper = jax.eval_shape(lambda: self.agent_inputs(seeds))
-        shapes = jax.eval_shape(self.fresh_runner_state, key, hyper)
+        stored = self.stored_fresh(key, hyper)
+        shapes = stored.shapes() if stored is not None else jax.eval_shape(self.fresh_runner_state, key, hyper)
         shardings = self.sharder.runner_shardings(shapes) if self.sharder.active else jax.tree.map(lambda _: None,
                                                                                                    shapes)
         return jax.tree.map(lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), shapes,
@@ -144,7 +149,19 @@ class Trainer:
     def init_agents(self, seeds, hypers=None) -> RunnerState:
         """The fresh state of `num_seeds` agents (`agent_inputs`), placed on the mesh. With --num-seeds 1 the state
         has no seed axis."""
-        return self.sharder.place(strongly_typed(self.fresh_runner_state(*self.agent_inputs(seeds, hypers))))
+        key, hyper = self.agent_inputs(seeds, hypers)
+        fresh = self.stored_fresh(key, hyper) or self.fresh_runner_state
+        return self.sharder.place(strongly_typed(fresh(key, hyper)))
+
+    def stored_fresh(self, key, hyper):
+        """The fresh-agent program through its stored export (stored_programs.py) for inputs shaped like `key` and
+        `hyper`, read back or exported on first use; None without a program store or where exporting fails."""
+        if self.programs is None or self._stored_fresh is False:  # none, or exporting it failed once
+            return None
+        if self._stored_fresh is None or not self._stored_fresh.fits(key, hyper):
+            live = {"optimizer": self.optimizer, "apply_fn": self.network.apply}
+            self._stored_fresh = self.programs.fresh_program(self.fresh_runner_state, key, hyper, live) or False
+        return self._stored_fresh or None
 
     def init_runner_state(self, seed: int) -> RunnerState:
         """The fresh state of the run's agents: one agent seeded `seed`, or with --num-seeds S agents seeded
