@@ -308,3 +308,9 @@ def test_hackmatrix_declares_the_observation_that_a_traced_reset_shows():
     raw, params = env.raw_env, env.raw_params
     probed = adapters._probe_spec("hackmatrix", lambda key: raw.reset_env(key, params)[::-1], True, raw.num_actions)
     assert (env.spec.obs_dim, env.spec.has_action_mask) == (probed.obs_dim, probed.has_action_mask) == (1545, True)
+
+    def no_reset(key):
+        raise AssertionError("a reset was traced for an env that declares its observation")
+
+    declared = adapters._probe_spec("hackmatrix", no_reset, True, raw.num_actions, env=raw)
+    assert (declared.obs_dim, declared.has_action_mask) == (1545, True)

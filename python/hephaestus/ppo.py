@@ -321,7 +321,8 @@ def chunk(ctx: PPOContext, pipeline: list[Stage], runner: RunnerState, num_updat
 def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead: bool = False,
                store_programs_in: str | None = None) -> Trainer:
     """The run's compiled pieces and its fresh state. `store_programs_in`: a directory (train.py passes the
-    compilation cache's) where the chunk is exported and read back by later starts (stored_programs.py).
+    compilation cache's) where the chunk and the fresh-agent program are exported and read back by later starts
+    (stored_programs.py).
     `compile_ahead`: start compiling the chunk (for the fresh
     state's shapes, in a background thread) before building that state; `loop.run` picks it up."""
     # Devices first: an indivisible --num-envs is a one-line error before anything is built or compiled.

@@ -1,4 +1,4 @@
-"""Stored programs: a warm start that does not trace the chunk again.
+"""Stored programs: a warm start that does not trace the chunk or the fresh state again.
 
 With the compilation cache warm, XLA's work is read back from disk, but every start still traced the whole chunk in
 Python first (the env step inside the rollout, the update, every stage) only to find the cache key: about 2 s of a
@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 FORMAT = "hephaestus-stored-chunk-v1"
-KEEP = 64  # stored chunks kept per cache directory, newest first (~0.1-0.5 MB each)
+KEEP = 64  # stored files of each kind kept per cache directory, newest first (~0.1-0.5 MB each)
 
 # Config fields that never reach the chunk's program: names, places, schedules of saving and logging; the seed
 # (an input of the fresh state's program); and --total-timesteps, which reaches it only as data (the anneal horizon
@@ -73,7 +73,7 @@ def _versions() -> dict:
 
 
 def key_material(config) -> dict:
-    """What the stored chunk of a run with `config` (resolved) depends on, as JSON-able data."""
+    """What the stored programs of a run with `config` (resolved) depends on, as JSON-able data."""
     return {
         "format": FORMAT,
         "config": {name: value for name, value in config.to_dict().items() if name not in RUN_ONLY},
@@ -86,6 +86,12 @@ def key_material(config) -> dict:
         "x64": bool(jax.config.jax_enable_x64),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
+
+
+def _fits(leaves, avals) -> bool:
+    """Whether `leaves` (arrays or ShapeDtypeStructs) have the shapes and dtypes of an exported program's inputs."""
+    return len(leaves) == len(avals) and all(
+        tuple(x.shape) == tuple(a.shape) and jnp.dtype(x.dtype) == a.dtype for x, a in zip(leaves, avals))
 
 
 def _leaf_specs(runner) -> list:
@@ -105,10 +111,7 @@ class StoredChunk:
 
     def fits(self, runner) -> bool:
         """Whether `runner` (arrays or ShapeDtypeStructs) has the leaves the stored program takes."""
-        leaves = jax.tree.leaves(runner)
-        avals = self.exported.in_avals[:-1]
-        return len(leaves) == len(avals) and all(
-            tuple(x.shape) == tuple(a.shape) and jnp.dtype(x.dtype) == a.dtype for x, a in zip(leaves, avals))
+        return _fits(jax.tree.leaves(runner), self.exported.in_avals[:-1])  # the last input: num_updates
 
     def compile(self, runner, num_updates: int):
         runner_tree = jax.tree.structure(runner)
@@ -132,10 +135,7 @@ class StoredFresh:
         self._jitted = jax.jit(lambda leaves: exported.call(leaves))
 
     def fits(self, key, hyper) -> bool:
-        leaves = jax.tree.leaves((key, hyper))
-        return len(leaves) == len(self.exported.in_avals) and all(
-            tuple(x.shape) == tuple(a.shape) and jnp.dtype(x.dtype) == a.dtype
-            for x, a in zip(leaves, self.exported.in_avals))
+        return _fits(jax.tree.leaves((key, hyper)), self.exported.in_avals)
 
     def shapes(self):
         """The runner state's tree of ShapeDtypeStructs, without running anything."""

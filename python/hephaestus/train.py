@@ -94,8 +94,8 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
         # The chunk compiles while the fresh state is built. Not with --debug-nans, whose chunks run through the
         # jitted function (loop.py) traced with jax's NaN checks on; not on --resume, where the checkpoint may yet
         # be refused (a compile running then would have to be waited for, or abandoned inside XLA).
-        # With the compilation cache on, the chunk is exported beside it and a later start reads it back instead
-        # of tracing it (stored_programs.py); --debug-nans traces the jitted function anyway.
+        # With the compilation cache on, the chunk and the fresh-agent program are exported beside it and a later
+        # start reads them back instead of tracing them (stored_programs.py); --debug-nans traces the chunk anyway.
         trainer = make_train(config, env, compile_ahead=not config.logging.debug_nans and resume is None,
                              store_programs_in=None if cache == "off" or config.logging.debug_nans else cache)
     except ValueError as err:

@@ -43,8 +43,8 @@ class Trainer:
     # Compile the chunk in a background thread while the fresh state is built (train.py asks for it): the
     # compile needs only the state's shapes, and on a cold HackMatrix start it is the longest step.
     compile_ahead: bool = False
-    # Where the run's chunk is exported to and read back from (stored_programs.py): a warm start then skips
-    # tracing it. None: compiled from the jitted function, as tests and benchmarks do.
+    # Where the run's chunk and fresh-agent program are exported to and read back from (stored_programs.py): a
+    # warm start then traces neither. None: both run from the jitted functions, as tests and benchmarks do.
     programs: Any = None
     # The optimizer the fresh program's TrainState holds: a stored fresh program's tree gets it back (with the
     # network's apply function) in place of what no file can hold.
