@@ -59,7 +59,7 @@ def test_stacked_parameters_have_an_ensemble_axis_and_members_differ(ensemble):
 
     def member(p, h, key):
         out, _ = rssm.observe(model, p, seq["obs"], seq["action"], first, h, key)
-        return rssm.predict_next(model, p, out)
+        return rssm.predict_next(model, p, out, seq["obs"], seq["action"])
 
     means, variances = jax.jit(jax.vmap(member))(params, h0, jax.random.split(jax.random.PRNGKey(2), K))
     assert means.shape == (K, 4, 2, 3) and bool(jnp.all(variances > 0))
@@ -228,6 +228,8 @@ def test_dtc_config_is_checked():
         resolve(TrainConfig.from_flat(**base, dtc_seq_len=5))
     with pytest.raises(ConfigError, match="less than one rollout"):
         resolve(TrainConfig.from_flat(**base, dtc_seq_len=4, dtc_replay_capacity=8))
+    with pytest.raises(ConfigError, match="prior-scale"):
+        resolve(TrainConfig.from_flat(**base, dtc_seq_len=4, dtc_prior_scale=-1.0))
     hash(resolve(TrainConfig.from_flat(**base, dtc_seq_len=4))[0])  # still hashable
 
 
@@ -379,3 +381,22 @@ def test_competence_is_scale_free_and_changes_the_bonus():
         return float(out["intrinsic_reward"].mean())
 
     assert bonus(1.0) > 1.05 * bonus(0.0)
+
+
+def test_randomized_prior_stays_fixed_differs_per_member_and_its_novelty_falls_with_visits():
+    _, model, init, train = tiny_world_model(dtc_prior_scale=1.0)
+    batch, _ = chain_batch()
+    state = init(jax.random.PRNGKey(0))
+    prior0, fit0 = (state.params["params"][name] for name in ("random_prior", "prior_fit"))
+    novelties = []
+    for i in range(12):
+        state, novelty, _ = train(jax.random.PRNGKey(100 + i), state, batch)
+        novelties.append(np.asarray(novelty))
+    prior, fit = (state.params["params"][name] for name in ("random_prior", "prior_fit"))
+    for before, after in zip(jax.tree.leaves(prior0), jax.tree.leaves(prior)):  # never trained
+        np.testing.assert_array_equal(np.asarray(before), np.asarray(after))
+    kernel = np.asarray(prior["Dense_0"]["kernel"])
+    assert float(np.max(np.abs(kernel[0] - kernel[1]))) > 0.1  # each member its own draw
+    assert any(float(np.max(np.abs(np.asarray(b) - np.asarray(a)))) > 0  # the correction that cancels it learns
+               for b, a in zip(jax.tree.leaves(fit0), jax.tree.leaves(fit)))
+    assert np.all(novelties[0] > 3 * novelties[10]), (novelties[0], novelties[10])

@@ -288,3 +288,11 @@ def test_novelty_by_visits_diagnostic_quick_runs_and_rnd_pays_most_for_rare_cell
     assert (tmp_path / "nv.png").stat().st_size > 0 and "| 100-999 |" in proc.stdout
     bad = subprocess.run([sys.executable, script, "--p-right", "1.5"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--p-right" in bad.stderr.strip().splitlines()[-1]
+    merged = subprocess.run([sys.executable, script, "--merge", str(tmp_path / "nv.json"), str(tmp_path / "nv.json"),
+                             "--out", str(tmp_path / "both")], capture_output=True, text=True, timeout=120)
+    assert merged.returncode == 0, merged.stderr[-2000:]
+    assert (tmp_path / "both.png").stat().st_size > 0
+    assert f"| {rare['visits']} | {rare['dtc']:.2f} | {rare['dtc']:.2f} | {rare['rnd']:.2f} |" in merged.stdout
+    missing = subprocess.run([sys.executable, script, "--merge", str(tmp_path / "absent.json")], capture_output=True,
+                             text=True, timeout=120)
+    assert missing.returncode == 2 and "absent.json" in missing.stderr.strip().splitlines()[-1]

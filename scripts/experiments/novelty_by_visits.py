@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Does a novelty signal single out the DeepSea cells an agent has never visited? (issue 20's "say why")
 
-DTC's world model (the setting of configs/deepsea-dtc.yaml: surprise, every draw from the last rollout) and RND's
+DTC's world model (surprise, every draw from the last rollout; --prior-scale 1 --replay-ratio 4 for the randomized
+prior of configs/deepsea-dtc.yaml) and RND's
 predictor learn from the same stream of DeepSea-N transitions, made by a random policy that goes right with
 probability 0.3, so the cells near the right diagonal stay unvisited. Then both score fresh probe transitions from
 policies of every bias (0 to 1: the probes reach those cells), each before learning from them, and each signal is
@@ -10,6 +11,7 @@ cells visited 100-999 times. A signal that directs exploration pays far more for
 
     python scripts/experiments/novelty_by_visits.py --size 20 --updates 300 --out novelty_by_visits
     python scripts/experiments/novelty_by_visits.py --quick      # a smoke run (the test suite's)
+    python scripts/experiments/novelty_by_visits.py --merge A.json B.json --out both   # DTC of each run, RND of A's
 
 The stream is 16 envs x 32 steps per update, as the DeepSea experiment's rollouts; the env is written here in numpy
 (DeepSea's rules: one step down per action, right or left by a random per-cell action map, the episode ends at the
@@ -39,11 +41,17 @@ def main(argv=None) -> int:
     p.add_argument("--wm-dim", type=int, default=64, help="RSSM deter and hidden width")
     p.add_argument("--replay-ratio", type=float, default=1.0,
                    help="DTC world model: sequences replayed per env step (DeepSea experiment default: 1)")
+    p.add_argument("--prior-scale", type=float, default=0.0, help="DTC: randomized prior scale (0: none)")
+    p.add_argument("--aleatoric-weight", type=float, default=1.0, help="DTC: weight of the members' own variance")
     p.add_argument("--probes", type=int, default=20, help="probe batches (16 envs x 32 steps, biases 0..1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="N = 6, 20 updates, 3 probes")
     p.add_argument("--out", default="novelty_by_visits")
+    p.add_argument("--merge", nargs="+", metavar="JSON", help="runs nothing: one plot of the DTC column of each "
+                   "earlier OUT.json (labelled by its settings) beside the first one's RND column")
     args = p.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out)
     if args.quick:
         args.size, args.updates, args.probes = 6, 20, 3
     if args.size < 2 or args.updates < 1 or args.probes < 1 or not 0 < args.p_right < 1 or args.replay_ratio <= 0:
@@ -62,7 +70,8 @@ def main(argv=None) -> int:
     config = resolve(TrainConfig.from_flat(
         env=f"deepsea:{n}", agent="dtc", num_envs=envs, num_steps=steps, dtc_seq_len=8, dtc_frontier_window=64,
         dtc_frontier_fraction=1.0, dtc_novelty_signal="surprise", dtc_deter_dim=args.wm_dim,
-        dtc_hidden_dim=args.wm_dim, dtc_replay_ratio=args.replay_ratio))[0]
+        dtc_hidden_dim=args.wm_dim, dtc_replay_ratio=args.replay_ratio, dtc_prior_scale=args.prior_scale,
+        dtc_aleatoric_weight=args.aleatoric_weight))[0]
     spec = make_env(config.env.name).spec
     _, wm_init, wm_train = make_world_model(config, spec)
     wm_train = jax.jit(wm_train)
@@ -125,7 +134,8 @@ def main(argv=None) -> int:
                          **{name: float(np.mean(scores[name][(lo, hi)])) / reference[name] for name in scores}})
     reachable = n * (n + 1) // 2
     result = {"size": n, "updates": args.updates, "p_right": args.p_right, "wm_dim": args.wm_dim,
-              "replay_ratio": args.replay_ratio,
+              "replay_ratio": args.replay_ratio, "prior_scale": args.prior_scale,
+              "aleatoric_weight": args.aleatoric_weight,
               "probes": args.probes, "seed": args.seed, "cells_visited": int(np.sum(visits > 0)),
               "reachable_cells": reachable, "train_seconds": round(train_s, 1), "rows": rows}
     print(f"DeepSea-{n}: {args.updates} updates of a p(right) = {args.p_right} stream ({train_s:.0f} s); "
@@ -137,28 +147,68 @@ def main(argv=None) -> int:
     print(f"(each signal relative to its mean over cells visited {bin_name(*REFERENCE)} times)")
     with open(f"{args.out}.json", "w") as f:
         json.dump(result, f, indent=1)
+    plot([result], args.out)
+    return 0
+
+
+def dtc_label(result) -> str:
+    settings = [f"{name} {result.get(key, default):g}" for name, key, default in
+                (("prior", "prior_scale", 0.0), ("replay ratio", "replay_ratio", 1.0), ("width", "wm_dim", 64))
+                if result.get(key, default) != default]
+    return "DTC world model" + (f" ({', '.join(settings)})" if settings else "")
+
+
+def plot(results, out) -> None:
+    """Bars per visit bin: the DTC column of every result, then the first result's RND column (log scale)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import numpy as np
     except ImportError:
-        print(f"wrote {args.out}.json (no plot: matplotlib is not installed)")
-        return 0
-    fig, ax = plt.subplots(figsize=(5.2, 3.4), dpi=100)
-    x = np.arange(len(rows))
-    for offset, name, label in ((-0.2, "dtc", "DTC world model (surprise)"), (0.2, "rnd", "RND")):
-        ax.bar(x + offset, [max(r[name], 1e-3) for r in rows], width=0.4, label=label)
+        print(f"wrote {out}.json (no plot: matplotlib is not installed)")
+        return
+    first = results[0]
+    visits = [r["visits"] for r in first["rows"]]
+    series = [(dtc_label(res), {r["visits"]: r["dtc"] for r in res["rows"]}) for res in results]
+    series.append(("RND", {r["visits"]: r["rnd"] for r in first["rows"]}))
+    fig, ax = plt.subplots(figsize=(5.2 + 0.6 * (len(series) - 2), 3.4), dpi=100)
+    x, width = np.arange(len(visits)), 0.8 / len(series)
+    for i, (label, values) in enumerate(series):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, [max(values.get(v, np.nan), 1e-3) for v in visits],
+               width=width, label=label)
     ax.set_yscale("log")
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xticks(x, [r["visits"] for r in rows])
+    ax.set_xticks(x, visits)
     ax.set_xlabel("visits of the destination cell in the training stream")
     ax.set_ylabel(f"novelty / its mean at {bin_name(*REFERENCE)} visits")
-    ax.set_title(f"DeepSea-{n}: novelty by visits, after {args.updates} updates", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.set_title(f"DeepSea-{first['size']}: novelty by visits, after {first['updates']} updates, seed {first['seed']}",
+                 fontsize=10)
+    ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(f"{args.out}.png")
-    print(f"wrote {args.out}.json, {args.out}.png")
+    fig.savefig(f"{out}.png")
+    print(f"wrote {out}.png" if len(results) > 1 else f"wrote {out}.json, {out}.png")
+
+
+def merge(paths, out) -> int:
+    results = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                results.append(json.load(f))
+        except (OSError, ValueError) as err:
+            print(f"error: cannot read {path}: {err}", file=sys.stderr)
+            return 2
+    if len({(r["size"], r["updates"], r["seed"]) for r in results}) > 1:
+        print("error: --merge needs runs of one size, number of updates and seed", file=sys.stderr)
+        return 2
+    print("| destination cell's visits | " + " | ".join(dtc_label(r) for r in results) + " | RND |")
+    print("|---" * (len(results) + 2) + "|")
+    for i, row in enumerate(results[0]["rows"]):
+        print(f"| {row['visits']} | " + " | ".join(f"{r['rows'][i]['dtc']:.2f}" if i < len(r["rows"]) else "–"
+                                                    for r in results) + f" | {row['rnd']:.2f} |")
+    plot(results, out)
     return 0
 
 

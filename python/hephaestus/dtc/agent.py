@@ -51,7 +51,8 @@ def sizes_from(config, spec) -> rssm.RSSMSizes:
                           deter=config.stages.dtc.deter_dim, groups=config.stages.dtc.stoch_groups,
                           classes=config.stages.dtc.stoch_classes, hidden=config.stages.dtc.hidden_dim,
                           unimix=config.stages.dtc.unimix, dtype=config.network.dtype,
-                          mask_dim=spec.action_dim if spec.discrete and spec.has_action_mask else 0)
+                          mask_dim=spec.action_dim if spec.discrete and spec.has_action_mask else 0,
+                          prior_scale=config.stages.dtc.prior_scale)
 
 
 def make_wm_optimizer(config):
@@ -156,7 +157,7 @@ def ensemble_novelty(model, params, obs, action, first, h0, key, aleatoric_weigh
 
     def member(p, h, key):
         out, h_last = rssm.observe(model, p, obs, action, first, h, key, sample=False)
-        mean, var = rssm.predict_next(model, p, out)
+        mean, var = rssm.predict_next(model, p, out, obs, action)
         return mean, var, h_last
 
     means, variances, h_last = jax.vmap(member)(params, h0, jax.random.split(key, k))

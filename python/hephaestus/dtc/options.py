@@ -63,6 +63,10 @@ class DTCOptions:
     novelty_signal: Literal["disagreement", "surprise"] = "surprise"
     """disagreement: variance of the members' predicted next observations (no outcome needed, the design's);
     surprise: the members' mean squared error against the observed next observation (score before learning)"""
+    prior_scale: float = 0.0
+    """randomized prior functions (Osband et al. 2018): each member's next-observation prediction adds a trained
+    correction and prior-scale x its own fixed random function of (o_t, a_t), so members err and disagree on
+    transitions they have not yet fitted; novelty of real transitions only (imagined states have no o_t); 0: off"""
     aleatoric_weight: float = 1.0
     """weight of the members' own predicted variance subtracted from the novelty signal: 1 = "clean" novelty (the
     design's); 0 = the plain signal (for disagreement: Plan2Explore's)"""
@@ -100,6 +104,8 @@ class DTCOptions:
                          "wm_batch", "seq_len", "replay_capacity", "frontier_window")
         if self.replay_ratio < 0:
             raise ConfigError(f"--dtc-replay-ratio must be >= 0, got {self.replay_ratio}")
+        if self.prior_scale < 0:
+            raise ConfigError(f"--dtc-prior-scale must be >= 0, got {self.prior_scale}")
         num_steps, num_envs = config.env.num_steps, config.env.num_envs
         if num_steps % self.seq_len:
             raise ConfigError(f"--dtc-seq-len {self.seq_len} must divide --num-steps {num_steps}")
