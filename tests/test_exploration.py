@@ -296,3 +296,7 @@ def test_novelty_by_visits_diagnostic_quick_runs_and_rnd_pays_most_for_rare_cell
     missing = subprocess.run([sys.executable, script, "--merge", str(tmp_path / "absent.json")], capture_output=True,
                              text=True, timeout=120)
     assert missing.returncode == 2 and "absent.json" in missing.stderr.strip().splitlines()[-1]
+    (tmp_path / "other.json").write_text(json.dumps({"results": []}))  # e.g. a deepsea.py OUT.json
+    foreign = subprocess.run([sys.executable, script, "--merge", str(tmp_path / "other.json")], capture_output=True,
+                             text=True, timeout=120)
+    assert foreign.returncode == 2 and "not a result" in foreign.stderr.strip().splitlines()[-1]

@@ -158,6 +158,15 @@ def dtc_label(result) -> str:
     return "DTC world model" + (f" ({', '.join(settings)})" if settings else "")
 
 
+def by_visits(results):
+    """The first result's visit bins, and (label, {bin: relative novelty}) per column: each result's DTC, then the
+    first one's RND. Columns are matched by bin, not by row position."""
+    visits = [r["visits"] for r in results[0]["rows"]]
+    series = [(dtc_label(res), {r["visits"]: r["dtc"] for r in res["rows"]}) for res in results]
+    series.append(("RND", {r["visits"]: r["rnd"] for r in results[0]["rows"]}))
+    return visits, series
+
+
 def plot(results, out) -> None:
     """Bars per visit bin: the DTC column of every result, then the first result's RND column (log scale)."""
     try:
@@ -170,9 +179,7 @@ def plot(results, out) -> None:
         print(f"wrote {out}.json (no plot: matplotlib is not installed)")
         return
     first = results[0]
-    visits = [r["visits"] for r in first["rows"]]
-    series = [(dtc_label(res), {r["visits"]: r["dtc"] for r in res["rows"]}) for res in results]
-    series.append(("RND", {r["visits"]: r["rnd"] for r in first["rows"]}))
+    visits, series = by_visits(results)
     fig, ax = plt.subplots(figsize=(5.2 + 0.6 * (len(series) - 2), 3.4), dpi=100)
     x, width = np.arange(len(visits)), 0.8 / len(series)
     for i, (label, values) in enumerate(series):
@@ -200,14 +207,18 @@ def merge(paths, out) -> int:
         except (OSError, ValueError) as err:
             print(f"error: cannot read {path}: {err}", file=sys.stderr)
             return 2
-    if len({(r["size"], r["updates"], r["seed"]) for r in results}) > 1:
-        print("error: --merge needs runs of one size, number of updates and seed", file=sys.stderr)
+        needed = {"size", "updates", "seed", "p_right", "rows"}
+        if not isinstance(results[-1], dict) or not needed <= results[-1].keys():
+            print(f"error: {path} is not a result of this script (OUT.json)", file=sys.stderr)
+            return 2
+    if len({(r["size"], r["updates"], r["seed"], r["p_right"]) for r in results}) > 1:
+        print("error: --merge needs runs of one size, number of updates, seed and --p-right", file=sys.stderr)
         return 2
-    print("| destination cell's visits | " + " | ".join(dtc_label(r) for r in results) + " | RND |")
-    print("|---" * (len(results) + 2) + "|")
-    for i, row in enumerate(results[0]["rows"]):
-        print(f"| {row['visits']} | " + " | ".join(f"{r['rows'][i]['dtc']:.2f}" if i < len(r["rows"]) else "–"
-                                                    for r in results) + f" | {row['rnd']:.2f} |")
+    visits, series = by_visits(results)
+    print("| destination cell's visits | " + " | ".join(label for label, _ in series) + " |")
+    print("|---" * (len(series) + 1) + "|")
+    for v in visits:
+        print(f"| {v} | " + " | ".join(f"{values[v]:.2f}" if v in values else "–" for _, values in series) + " |")
     plot(results, out)
     return 0
 
