@@ -60,15 +60,22 @@ def time_chunks(run_chunk, state, steps_per_chunk):
     return statistics.median(rates)
 
 
+def case_config(env_name, num_envs, num_steps, updates_per_chunk, **overrides):
+    """A bench_hephaestus case's TrainConfig, resolved (the agent's stages in place): what the case trains."""
+    from hephaestus.config import TrainConfig, resolve
+
+    return resolve(TrainConfig.from_flat(env=env_name, num_envs=num_envs, num_steps=num_steps,
+                                         log_interval=updates_per_chunk, total_timesteps=10**9, **overrides))[0]
+
+
 def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrides):
     import numpy as np
 
-    from hephaestus.config import TrainConfig, resolve, update_summary
+    from hephaestus.config import update_summary
     from hephaestus.loop import release_freed_memory
     from hephaestus.ppo import make_train
 
-    config, _ = resolve(TrainConfig.from_flat(env=env_name, num_envs=num_envs, num_steps=num_steps,
-                                    log_interval=updates_per_chunk, total_timesteps=10**9, **overrides))
+    config = case_config(env_name, num_envs, num_steps, updates_per_chunk, **overrides)
     t0 = time.perf_counter()
     trainer = make_train(config)  # builds the env and the initial state (compiles the reset)
     setup_s = time.perf_counter() - t0
@@ -258,6 +265,13 @@ def bench_random_policy(env_name, num_envs, steps_per_chunk):
     return {"compile_s": compile_s, "steps_per_s": sps, "detail": "random policy, env only"}
 
 
+# scripts/experiments/deepsea.py's PPO settings and configs/deepsea-dtc.yaml's DTC settings, for the DeepSea cases.
+DEEPSEA_PROTOCOL = dict(num_envs=16, num_steps=32, updates_per_chunk=8, hidden_dim=64, num_layers=2,
+                        num_minibatches=4, update_epochs=4, lr=1e-3, anneal_lr=False)
+DEEPSEA_DTC_PRIOR = dict(dtc_prior_scale=1.0, dtc_replay_ratio=4.0, dtc_intrinsic_coef=0.025, dtc_seq_len=8,
+                         dtc_replay_capacity=1024, dtc_frontier_window=64, dtc_frontier_fraction=1.0)
+
+
 # name -> (function, kwargs). Sizes keep the whole default run under ~5 minutes on 2 CPU cores.
 CASES = {
     "cartpole-4x128": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=4, num_steps=128,
@@ -303,6 +317,16 @@ CASES = {
                                                                     num_steps=128, updates_per_chunk=4,
                                                                     agent="dreamer-dtc",
                                                                     dreamer_horizons=(8, 16, 32, 64))),
+    # DeepSea-20 at the bsuite experiment's settings (scripts/experiments/deepsea.py: 16 envs x 32 steps, 2 x 64,
+    # 4 minibatches x 4 epochs, constant lr 1e-3): what each exploration bonus costs per env step against PPO, and
+    # DTC both at its defaults and at configs/deepsea-dtc.yaml's setting (randomized prior 1, replay ratio 4, every
+    # world-model draw from the last rollout), the one that solves DeepSea-30 (specs/dtc.md). Issue 20.
+    "deepsea20-16x32": (bench_hephaestus, dict(env_name="deepsea:20", **DEEPSEA_PROTOCOL)),
+    "deepsea20-16x32-count": (bench_hephaestus, dict(env_name="deepsea:20", agent="count", **DEEPSEA_PROTOCOL)),
+    "deepsea20-16x32-rnd": (bench_hephaestus, dict(env_name="deepsea:20", agent="rnd", **DEEPSEA_PROTOCOL)),
+    "deepsea20-16x32-dtc": (bench_hephaestus, dict(env_name="deepsea:20", agent="dtc", **DEEPSEA_PROTOCOL)),
+    "deepsea20-16x32-dtc-prior": (bench_hephaestus, dict(env_name="deepsea:20", agent="dtc", **DEEPSEA_PROTOCOL,
+                                                         **DEEPSEA_DTC_PRIOR)),
     "hackmatrix-random-2048": (bench_random_policy, dict(env_name="hackmatrix", num_envs=2048, steps_per_chunk=64)),
     # Defaults (auto: MLP, exact uint8 observation storage), the cells encoder on the same storage, and the MLP on
     # float32 storage (the default before uint8); issue 3's targets at 2048 x 128: >= 18,000 env steps/s, peak
@@ -470,7 +494,8 @@ def main() -> int:
         theirs = results.get(f"{name}-purejaxrl")
         if name in results and theirs:
             print(f"{name}: hephaestus chunk / PureJaxRL's ppo.py = {results[name]['steps_per_s'] / theirs['steps_per_s']:.2f}x")
-        variants = {"dtc": "PPO+DTC", "rnd": "PPO+RND", "rnd-critic": "PPO+RND with its intrinsic critic",
+        variants = {"dtc": "PPO+DTC", "dtc-prior": "PPO+DTC with the randomized prior at replay ratio 4",
+                    "count": "PPO+count bonus", "rnd": "PPO+RND", "rnd-critic": "PPO+RND with its intrinsic critic",
                     "dreamer": "the dreamer",
                     "dreamer-dtc": "the dreamer with DTC novelty"}
         if name not in results or any(name.endswith(f"-{v}") for v in variants):

@@ -56,3 +56,27 @@ def test_a_failing_reference_is_reported_by_the_case_not_a_traceback(tmp_path):
                          capture_output=True, text=True, timeout=300)
     line = next(l for l in out.stdout.splitlines() if l.startswith("cartpole-4x128-purejaxrl"))
     assert "failed" in line and "distrax" in line
+
+
+def test_every_pipeline_case_builds_the_config_it_names():
+    """Each bench case of our pipeline resolves to a valid config with the agent and settings its name promises: a
+    misspelt option or an agent's stages lost would otherwise show only as a 'failed' line in a long benchmark."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases = {name: kwargs for name, (fn, kwargs) in bench.CASES.items() if fn is bench.bench_hephaestus}
+    configs = {name: bench.case_config(**kwargs) for name, kwargs in cases.items()}
+    assert len(configs) >= 20
+    prior = configs["deepsea20-16x32-dtc-prior"]
+    assert prior.extra_stages[:2] == ("world_model", "intrinsic_reward")
+    assert (prior.stages.dtc.prior_scale, prior.stages.dtc.replay_ratio, prior.stages.dtc.frontier_window) == (1.0, 4.0, 64)
+    assert configs["deepsea20-16x32-dtc"].stages.dtc.prior_scale == 0.0
+    assert "rnd" in configs["deepsea20-16x32-rnd"].extra_stages
+    assert "count_bonus" in configs["deepsea20-16x32-count"].extra_stages
+    assert configs["deepsea20-16x32"].extra_stages == ()
+    for name, config in configs.items():  # the DeepSea cases share the experiment's PPO settings
+        if name.startswith("deepsea"):
+            assert (config.env.num_envs, config.env.num_steps, config.ppo.num_minibatches, config.ppo.update_epochs,
+                    config.network.hidden_dim, config.ppo.anneal_lr) == (16, 32, 4, 4, 64, False), name
