@@ -103,6 +103,55 @@ def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrid
                       f"XLA buffers {program_mib:,.0f} MiB"}
 
 
+def bench_world_model_stage(env_name, num_envs, num_steps, updates_per_chunk, config_file=None, **overrides):
+    """DTC's world_model stage alone, as the case's chunk runs it once per update: its compile seconds and env steps
+    per second (one call = one update's scoring, replay write and gradient steps), and, in `detail`, the compile
+    seconds of its two parts on their own (one member's loss gradient; the ensemble's scoring of a rollout) and
+    the optimised program's size. Set beside the whole chunk's case, it says what the chunk's compile and run time
+    are made of (specs/dtc.md, "Cost and evidence")."""
+    import jax
+    import jax.numpy as jnp
+
+    from hephaestus.dtc import agent as dtc_agent
+    from hephaestus.dtc import rssm
+    from hephaestus.ppo import make_train
+
+    trainer = make_train(case_config(env_name, num_envs, num_steps, updates_per_chunk, config_file, **overrides))
+    config, spec, dtc = trainer.config, trainer.env.spec, trainer.config.stages.dtc
+    model, init, train = dtc_agent.make_world_model(config, spec)
+    state = init(jax.random.PRNGKey(0))
+    t, n = config.env.num_steps, config.env.num_envs
+    action = jnp.zeros((t, n), jnp.int32) if spec.discrete else jnp.zeros((t, n, spec.action_dim), jnp.float32)
+    batch = {"obs": jnp.zeros((t, n, spec.obs_dim)), "next_obs": jnp.zeros((t, n, spec.obs_dim)), "action": action,
+             "reward": jnp.zeros((t, n)), "terminated": jnp.zeros((t, n), bool), "truncated": jnp.zeros((t, n), bool)}
+    if spec.discrete and spec.has_action_mask:
+        batch["action_mask"] = jnp.ones((t, n, spec.action_dim), bool)
+
+    def compile_seconds(fn, *args):
+        t0 = time.perf_counter()
+        compiled = jax.jit(fn).lower(*args).compile()
+        return time.perf_counter() - t0, compiled
+
+    compile_s, stage = compile_seconds(train, jax.random.PRNGKey(1), state, batch)
+    hlo_lines = sum(" = " in line for line in stage.as_text().splitlines())
+    keys = iter(jax.random.split(jax.random.PRNGKey(2), 1 + TIMED_RUNS))
+    state, _, _ = stage(next(keys), state, batch)  # warm-up
+    sps = time_chunks(lambda s: stage(next(keys), s, batch)[::2], state, config.batch_size)
+    seq = train.sample(jax.random.PRNGKey(3), state.replay)
+    member = jax.tree.map(lambda x: x[0], state.params)
+    grad_s, _ = compile_seconds(jax.grad(lambda p, k: rssm.member_loss(model, p, seq, k, dtc.free_bits, dtc.kl_dyn,
+                                                                        dtc.kl_rep)[0]), member, jax.random.PRNGKey(4))
+    first = jnp.zeros((t, n), bool)
+    score_s, _ = compile_seconds(
+        lambda p, h, k: dtc_agent.ensemble_novelty(model, p, batch["obs"], batch["action"], first, h, k,
+                                                   dtc.aleatoric_weight, dtc.novelty_signal, batch["next_obs"]),
+        state.params, state.h, jax.random.PRNGKey(5))
+    return {"compile_s": compile_s, "steps_per_s": sps,
+            "detail": f"world_model stage alone ({dtc.wm_steps(config.batch_size)} gradient steps per update); "
+                      f"compile of one member's loss gradient {grad_s:.1f}s, of scoring a rollout {score_s:.1f}s; "
+                      f"{hlo_lines:,} optimised HLO instructions"}
+
+
 def bench_reference(env_id, num_envs, num_steps, updates_per_chunk, hidden_dim, num_layers):
     import importlib.util
 
@@ -328,6 +377,10 @@ CASES = {
     "deepsea20-16x32-dtc": (bench_hephaestus, dict(env_name="deepsea:20", agent="dtc", **DEEPSEA_PROTOCOL)),
     "deepsea20-16x32-dtc-prior": (bench_hephaestus, dict(env_name="deepsea:20", config_file="configs/deepsea-dtc.yaml",
                                                          **DEEPSEA_PROTOCOL)),
+    # The chunk above taken apart (a `-wm` case beside its chunk's): DTC's world_model stage alone at the same setting.
+    "deepsea20-16x32-dtc-prior-wm": (bench_world_model_stage, dict(env_name="deepsea:20",
+                                                                   config_file="configs/deepsea-dtc.yaml",
+                                                                   **DEEPSEA_PROTOCOL)),
     "hackmatrix-random-2048": (bench_random_policy, dict(env_name="hackmatrix", num_envs=2048, steps_per_chunk=64)),
     # Defaults (auto: MLP, exact uint8 observation storage), the cells encoder on the same storage, and the MLP on
     # float32 storage (the default before uint8); issue 3's targets at 2048 x 128: >= 18,000 env steps/s, peak
@@ -488,6 +541,11 @@ def main() -> int:
         print(f"{name:<30} {r['compile_s']:>9.1f} {r['steps_per_s']:>12,.0f} {r['peak_mib']:>9,.0f}  {r['detail']}",
               flush=True)
     for name in names:
+        whole = results.get(name[:-len("-wm")]) if name.endswith("-wm") else None
+        if name in results and whole:  # the world_model stage's share of its DTC chunk
+            print(f"{name}: the world_model stage takes {whole['steps_per_s'] / results[name]['steps_per_s']:.0%} of "
+                  f"the chunk's time per env step; compiled alone, {results[name]['compile_s'] / whole['compile_s']:.0%}"
+                  " of its compile")
         ref = results.get(f"{name}-reference")
         if name in results and ref:
             print(f"{name}: hephaestus / our PureJaxRL-style reference = "

@@ -80,3 +80,26 @@ def test_every_pipeline_case_builds_the_config_it_names():
         if name.startswith("deepsea"):
             assert (config.env.num_envs, config.env.num_steps, config.ppo.num_minibatches, config.ppo.update_epochs,
                     config.network.hidden_dim, config.ppo.anneal_lr) == (16, 32, 4, 4, 64, False), name
+
+
+def test_world_model_case_times_the_stage_of_its_chunk_case():
+    """The `-wm` case takes DTC's world_model stage out of its chunk case: same config, and on a tiny DeepSea it
+    compiles and runs the stage with the gradient steps that config asks for."""
+    import importlib.util
+    import math
+
+    spec = importlib.util.spec_from_file_location("bench", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    fn, kwargs = bench.CASES["deepsea20-16x32-dtc-prior-wm"]
+    assert fn is bench.bench_world_model_stage
+    assert bench.case_config(**kwargs) == bench.case_config(**bench.CASES["deepsea20-16x32-dtc-prior"][1])
+    tiny = dict(env_name="deepsea:6", num_envs=4, num_steps=8, updates_per_chunk=1,
+                config_file="configs/deepsea-dtc.yaml", dtc_deter_dim=8, dtc_hidden_dim=8, dtc_ensemble_size=2,
+                dtc_frontier_window=4, dtc_wm_batch=4, hidden_dim=8)
+    config = bench.case_config(**tiny)
+    result = bench.bench_world_model_stage(**tiny)
+    steps = config.stages.dtc.wm_steps(config.batch_size)
+    assert steps > 1
+    assert f"({steps} gradient steps per update)" in result["detail"]
+    assert math.isfinite(result["steps_per_s"]) and result["steps_per_s"] > 0 and result["compile_s"] > 0
