@@ -112,12 +112,16 @@ def bench_world_model_stage(env_name, num_envs, num_steps, updates_per_chunk, co
     import jax
     import jax.numpy as jnp
 
+    from hephaestus.config import resolve_for_env
     from hephaestus.dtc import agent as dtc_agent
     from hephaestus.dtc import rssm
-    from hephaestus.ppo import make_train
+    from hephaestus.envs.registry import make_training_env
 
-    trainer = make_train(case_config(env_name, num_envs, num_steps, updates_per_chunk, config_file, **overrides))
-    config, spec, dtc = trainer.config, trainer.env.spec, trainer.config.stages.dtc
+    # The config and env spec as make_train settles them, without building and compiling a whole fresh agent.
+    config = case_config(env_name, num_envs, num_steps, updates_per_chunk, config_file, **overrides)
+    spec = make_training_env(config.env).spec
+    config = resolve_for_env(config, spec)
+    dtc = config.stages.dtc
     model, init, train = dtc_agent.make_world_model(config, spec)
     state = init(jax.random.PRNGKey(0))
     t, n = config.env.num_steps, config.env.num_envs

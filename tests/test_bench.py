@@ -58,14 +58,20 @@ def test_a_failing_reference_is_reported_by_the_case_not_a_traceback(tmp_path):
     assert "failed" in line and "distrax" in line
 
 
-def test_every_pipeline_case_builds_the_config_it_names():
-    """Each bench case of our pipeline resolves to a valid config with the agent and settings its name promises: a
-    misspelt option or an agent's stages lost would otherwise show only as a 'failed' line in a long benchmark."""
+def load_bench():
+    """scripts/bench.py as a module (scripts/ is not a package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("bench", BENCH)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_every_pipeline_case_builds_the_config_it_names():
+    """Each bench case of our pipeline resolves to a valid config with the agent and settings its name promises: a
+    misspelt option or an agent's stages lost would otherwise show only as a 'failed' line in a long benchmark."""
+    bench = load_bench()
     cases = {name: kwargs for name, (fn, kwargs) in bench.CASES.items() if fn is bench.bench_hephaestus}
     configs = {name: bench.case_config(**kwargs) for name, kwargs in cases.items()}
     assert len(configs) >= 20
@@ -85,12 +91,9 @@ def test_every_pipeline_case_builds_the_config_it_names():
 def test_world_model_case_times_the_stage_of_its_chunk_case():
     """The `-wm` case takes DTC's world_model stage out of its chunk case: same config, and on a tiny DeepSea it
     compiles and runs the stage with the gradient steps that config asks for."""
-    import importlib.util
     import math
 
-    spec = importlib.util.spec_from_file_location("bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench()
     fn, kwargs = bench.CASES["deepsea20-16x32-dtc-prior-wm"]
     assert fn is bench.bench_world_model_stage
     assert bench.case_config(**kwargs) == bench.case_config(**bench.CASES["deepsea20-16x32-dtc-prior"][1])
