@@ -194,6 +194,25 @@ def test_learning_rate_is_not_baked_into_the_compiled_programs():
         assert float(runner.hyper["num_updates"]) == trainer.config.num_updates
 
 
+def test_entropy_bonus_moves_linearly_to_ent_coef_final_as_data():
+    scheduled, constant = walk_trainer(ent_coef=0.2, ent_coef_final=0.0), walk_trainer(ent_coef=0.2)
+    assert float(constant.init_runner_state(0).hyper["ent_coef_final"]) == np.float32(0.2)  # none given: constant
+    n = np.int32(2)
+    assert (scheduled.compiled_chunk.lower(scheduled.init_runner_state(0), n).as_text()
+            == constant.compiled_chunk.lower(constant.init_runner_state(0), n).as_text())
+    (rs, ms), (rc, mc) = scheduled.train_chunk(scheduled.init_runner_state(0)), constant.train_chunk(constant.init_runner_state(0))
+    num_updates = scheduled.config.num_updates  # 4: 0.2 at the first update, 0.05 at the last
+    np.testing.assert_allclose(ms["ent_coef"], [0.2, 0.2 * (1 - 1 / num_updates)], rtol=1e-6)
+    np.testing.assert_allclose(mc["ent_coef"], [0.2, 0.2], rtol=1e-6)
+    # The loss reads the scheduled weight: the same first update, different parameters after the second.
+    (r1s, _), (r1c, _) = (t.train_chunk(t.init_runner_state(0), 1) for t in (scheduled, constant))
+    jax.tree.map(np.testing.assert_array_equal, r1s.train_state.params, r1c.train_state.params)
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(rs.train_state.params),
+                                                         jax.tree.leaves(rc.train_state.params)))
+    _, ms = scheduled.train_chunk(rs)
+    np.testing.assert_allclose(ms["ent_coef"], [0.1, 0.05], rtol=1e-6)
+
+
 def bandit_trainer(valid, env_class=MaskedBandit):
     env = env_class(valid)
     config, _ = resolve(TrainConfig.from_flat(env="bandit", **SMALL))

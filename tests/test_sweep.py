@@ -47,10 +47,12 @@ def test_float_hyperparameters_are_data_not_program_constants():
     config = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, hidden_dim=16, num_layers=1,
                                  log_interval=2, num_minibatches=2, update_epochs=1))[0]
     other = config.replace(lr=1e-3, gamma=0.9, gae_lambda=0.8, clip_eps=0.3, vf_coef=1.0, ent_coef=0.1,
-                           max_grad_norm=2.0)
+                           ent_coef_final=0.02, max_grad_norm=2.0)
     a, b = make_train(config), make_train(other)
     for name in DATA_HYPERPARAMETERS:
-        assert float(a.runner_state.hyper[name]) == np.float32(getattr(config.ppo, name))
+        # no --ent-coef-final: the bonus is constant at --ent-coef
+        expected = config.ppo.ent_coef if name == "ent_coef_final" else getattr(config.ppo, name)
+        assert float(a.runner_state.hyper[name]) == np.float32(expected)
         assert float(b.runner_state.hyper[name]) == np.float32(getattr(other.ppo, name))
     assert float(b.runner_state.train_state.opt_state.hyperparams["max_grad_norm"]) == 2.0
     n = np.int32(2)
@@ -87,7 +89,8 @@ def test_tiny_sweep_vmaps_its_points_and_each_agent_is_the_single_run(tmp_path, 
                       "--eval-max-steps", "40") == 0
     single = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
     for sweep_record, single_record in zip(records, single):
-        for key in ("mean_episode_return", "entropy", "pg_loss", "total_loss", "learning_rate"):
+        for key in ("mean_episode_return", "entropy", "pg_loss", "total_loss", "learning_rate",
+                    "ent_coef"):  # a point's --ent-coef stays its own throughout (no --ent-coef-final)
             assert sweep_record["per_seed"][key][3] == pytest.approx(single_record[key], rel=1e-4, abs=1e-6), key
     # ... and its final evaluation is the single run's: same parameters, same seed's evaluation key
     single_eval = json.loads((tmp_path / "single" / "eval.json").read_text())

@@ -77,7 +77,8 @@ PPO_GRAD_CLIP, DREAMER_GRAD_CLIP = 0.5, 100.0
 
 # PPO hyperparameters that are data, not compile-time constants: they live in `RunnerState.hyper` (float32, per
 # agent with --num-seeds), so runs and sweep points that differ only in them share one compiled program.
-DATA_HYPERPARAMETERS = ("lr", "gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "max_grad_norm")
+DATA_HYPERPARAMETERS = ("lr", "gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "ent_coef_final",
+                        "max_grad_norm")
 
 # --agent NAME -> (extra stages, values of auto options). ppo: none. dtc: world-model ensemble + dual-timescale
 # intrinsic reward. disagreement: the same with competence off (plain ensemble disagreement). rnd: Random Network
@@ -153,7 +154,10 @@ class PPOConfig:
     vf_coef: float = 0.5
     """value loss weight"""
     ent_coef: float | None = field(default=None, metadata={"default_text": f"auto: {_env_default_text('ent_coef')}"})
-    """entropy bonus weight"""
+    """entropy bonus weight (at the first update, with --ent-coef-final)"""
+    ent_coef_final: float | None = field(default=None, metadata={"default_text": "none: --ent-coef throughout"})
+    """entropy bonus weight at the end of the run: the weight moves linearly from --ent-coef to this over the
+    updates, as --anneal-lr moves the learning rate (data, like --ent-coef: sweep points share one program)"""
     max_grad_norm: float | None = field(default=None, metadata={
         "default_text": f"auto: {DREAMER_GRAD_CLIP:g} for the dreamer agents, else {PPO_GRAD_CLIP}"})
     """global gradient-norm clip"""
@@ -670,8 +674,8 @@ def validate(config: TrainConfig) -> None:
     """ConfigError (one line naming the flag) for a config no run can start with."""
     env, ppo, net, run, log = config.env, config.ppo, config.network, config.run, config.logging
     check_run_name(run.run_name)
-    for name in ("lr", "ent_coef", "clip_eps", "vf_coef", "max_grad_norm", "gamma", "gae_lambda"):
-        if not math.isfinite(getattr(ppo, name)):
+    for name in ("lr", "ent_coef", "ent_coef_final", "clip_eps", "vf_coef", "max_grad_norm", "gamma", "gae_lambda"):
+        if getattr(ppo, name) is not None and not math.isfinite(getattr(ppo, name)):
             raise ConfigError(f"--{name.replace('_', '-')} must be a finite number, got {getattr(ppo, name)}")
     if not -2**63 <= run.seed < 2**63:
         raise ConfigError(f"--seed must fit in 64 bits (-2^63 to 2^63-1), got {run.seed}")

@@ -36,7 +36,7 @@ from hephaestus.trainer import Trainer
 # Per-update metrics every run returns (stages add their own keys).
 CORE_METRICS = ("mean_episode_return", "mean_episode_length", "num_episodes", "entropy", "approx_kl",
                 "clip_frac", "pg_loss", "vf_loss", "total_loss", "explained_variance", "grad_norm",
-                "learning_rate", "fully_masked_rows")
+                "learning_rate", "ent_coef", "fully_masked_rows")
 
 
 @dataclass(frozen=True)
@@ -282,10 +282,14 @@ def ppo_update_apply(ctx: PPOContext, key, train_state, batch, state, hyper=None
 def one_update(ctx: PPOContext, pipeline: list[Stage], runner: RunnerState, _=None):
     key, *stage_keys = jax.random.split(runner.key, len(pipeline) + 1)
     hyper, lr = runner.hyper, runner.hyper["lr"]
+    progress = runner.update_step.astype(jnp.float32) / hyper["num_updates"]  # 0 at the first update
     if ctx.anneal_lr:
-        lr = lr * jnp.maximum(1.0 - runner.update_step.astype(jnp.float32) / hyper["num_updates"], 0.0)
+        lr = lr * jnp.maximum(1.0 - progress, 0.0)
+    # The entropy bonus moves linearly from ent_coef to ent_coef_final (equal unless --ent-coef-final is given).
+    ent_coef = hyper["ent_coef"] + (hyper["ent_coef_final"] - hyper["ent_coef"]) * jnp.minimum(progress, 1.0)
+    hyper = {**hyper, "ent_coef": ent_coef}
     train_state = with_optimizer_hyperparams(runner.train_state, lr, hyper["max_grad_norm"])
-    batch, stage_states, metrics = None, dict(runner.stages), {"learning_rate": lr}
+    batch, stage_states, metrics = None, dict(runner.stages), {"learning_rate": lr, "ent_coef": ent_coef}
     for stage, stage_key in zip(pipeline, stage_keys):
         data = {"hyper": hyper} if stage.takes_hyper else {}
         train_state, batch, stage_states[stage.name], stage_metrics = stage.apply(

@@ -64,8 +64,11 @@ def initial_hyper(config: TrainConfig, **overrides) -> dict:
     unknown = set(overrides) - set(DATA_HYPERPARAMETERS)
     if unknown:
         raise ValueError(f"not data hyperparameters: {', '.join(sorted(unknown))}")
-    hyper = {name: float(getattr(config.ppo, name)) for name in DATA_HYPERPARAMETERS}
+    hyper = {name: float(getattr(config.ppo, name)) for name in DATA_HYPERPARAMETERS if name != "ent_coef_final"}
     hyper.update({k: float(v) for k, v in overrides.items()})
+    # No --ent-coef-final: the bonus stays at this agent's own ent_coef (a sweep point's, where it sets one).
+    final = overrides.get("ent_coef_final", config.ppo.ent_coef_final)
+    hyper["ent_coef_final"] = hyper["ent_coef"] if final is None else float(final)
     hyper["num_updates"] = float(config.num_updates)
     return hyper
 
