@@ -60,6 +60,12 @@ def test_a_death_names_the_enemies_beside_the_player_and_what_it_held():
     assert terminated
     assert values == expect(stage_reached=1, death=1, damage_taken=1, death_beside_daemon=1, death_beside_glitch=1,
                             death_enemies_beside=2, death_holding_siphons=1)
+    # The same death with the daemon spawned by a siphon: R116's penalty is paid, and the stat says so.
+    spawned = make_state(player=(0, 0), hp=1, siphons=1, enemies=[{"type": "daemon", "pos": (1, 0), "siphon": True},
+                                                                  {"type": "glitch", "pos": (0, 1)}])
+    _, _, info = play(spawned, [UP])
+    assert float(info["reward_terms"]["siphonDeathPenalty"]) == -PARAMS.siphon_death_penalty
+    assert play(spawned, [UP])[0] == {**values, "death_beside_siphon_spawn": 1.0}
     # Survived (3 HP): damage is counted, no death context.
     values, terminated, _ = play(state.replace(hp=state.hp * 0 + 3), [UP])
     assert not terminated and values == expect(stage_reached=1, damage_taken=1)
@@ -78,6 +84,7 @@ def test_report_keys_name_rates_thresholds_and_counts():
                 "step_limit_rate", "invalid_action_rate", "siphons_used_per_episode", "kills_per_episode",
                 "credits_gathered_per_episode", "program_PUSH_per_episode", "program_HACK_per_episode",
                 "damage_taken_per_episode", "death_beside_virus_rate", "death_beside_cryptog_rate",
-                "death_enemies_beside_per_episode", "death_holding_siphons_rate", "death_holding_programs_rate"):
+                "death_enemies_beside_per_episode", "death_beside_siphon_spawn_rate", "death_holding_siphons_rate",
+                "death_holding_programs_rate"):
         assert key in keys, key
     assert sum(k.startswith("program_") for k in keys) == 23

@@ -69,6 +69,8 @@ EPISODE_STATS = (
     *(EpisodeStat(f"death_beside_{name}", "max", rate=True, doc=f"died with a {name} adjacent")
       for name in ENEMY_NAMES),
     EpisodeStat("death_enemies_beside", "sum", doc="enemies adjacent at death (0 where the episode did not die)"),
+    EpisodeStat("death_beside_siphon_spawn", "max", rate=True,
+                doc="died with an enemy spawned by a siphon adjacent (R116's siphon-death penalty)"),
     EpisodeStat("death_holding_siphons", "max", rate=True, doc="died with a data siphon unused"),
     EpisodeStat("death_holding_programs", "max", rate=True, doc="died owning a program"),
 ) + tuple(EpisodeStat(f"program_{name}", "sum", doc=f"{name} played") for name in PROGRAM_NAMES)

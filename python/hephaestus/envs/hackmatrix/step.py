@@ -259,6 +259,7 @@ def episode_stats(before, after, siphoned, action, valid, kills, pickup, reached
         "damage_taken": jnp.where(valid, jnp.maximum(before.hp - after.hp, 0), 0),
         **{f"death_beside_{name}": died & beside_type[i] for i, name in enumerate(ENEMY_NAMES)},
         "death_enemies_beside": jnp.where(died, jnp.sum(beside), 0),
+        "death_beside_siphon_spawn": died & jnp.any(beside & after.ent_siphon),  # R116's -10 was paid
         "death_holding_siphons": died & (after.siphons > 0),
         "death_holding_programs": died & jnp.any(after.owned),
         **{f"program_{name}": played[i] for i, name in enumerate(PROGRAM_NAMES)},
