@@ -5,7 +5,8 @@ An env declares its statistics once, as `episode_stats = (EpisodeStat(...), ...)
 `info["episode_stats"]` (a dict name -> value). Each statistic says how its per-step values make one value per
 episode (`aggregate`: "sum" or "max") and how a set of episodes is reported:
 
-* a counted statistic (`sum`, e.g. siphons used): `<name>_per_episode`, the mean over episodes;
+* a counted statistic (`sum`, e.g. siphons used): `<name>_per_episode`, the mean over episodes, and `<name>>=t`
+  (the fraction of episodes counting at least t) for each declared threshold;
 * a level (`max`, e.g. the highest stage reached): `<name>` (mean over episodes), `<name>_max` (the largest),
   and `<name>>=t` (the fraction of episodes reaching t) for each declared threshold;
 * a flag (`rate=True`, a 0/1 value, e.g. victory): `<name>_rate`, the fraction of episodes where it happened.
@@ -28,7 +29,7 @@ class EpisodeStat:
     name: str
     aggregate: str = "sum"  # "sum" or "max" of the per-step values over an episode
     rate: bool = False  # a 0/1 flag: report the fraction of episodes (<name>_rate)
-    thresholds: tuple[float, ...] = ()  # for levels: report the fraction of episodes with value >= t
+    thresholds: tuple[float, ...] = ()  # levels and counts: report the fraction of episodes with value >= t
     doc: str = ""
     headline: bool = False  # shown on the console line (headline_keys), not only in the metrics file
 
@@ -61,7 +62,7 @@ def report_keys(stats: Sequence[EpisodeStat]) -> list[str]:
         if s.rate:
             keys.append(f"{s.name}_rate")
         elif s.aggregate == "sum":
-            keys.append(f"{s.name}_per_episode")
+            keys += [f"{s.name}_per_episode"] + [f"{s.name}>={fmt_threshold(t)}" for t in s.thresholds]
         else:
             keys += [s.name, f"{s.name}_max"] + [f"{s.name}>={fmt_threshold(t)}" for t in s.thresholds]
     return keys
@@ -101,6 +102,7 @@ def report_values(stats: Sequence[EpisodeStat], values: dict, xp) -> dict:
         else:
             out[s.name] = v
             out[f"{s.name}_max"] = v
+        if not s.rate:
             for t in s.thresholds:
                 out[f"{s.name}>={fmt_threshold(t)}"] = (v >= t).astype(xp.float32)
     return out

@@ -85,6 +85,16 @@ def test_report_keys_name_rates_thresholds_and_counts():
                 "credits_gathered_per_episode", "program_PUSH_per_episode", "program_HACK_per_episode",
                 "damage_taken_per_episode", "death_beside_virus_rate", "death_beside_cryptog_rate",
                 "death_enemies_beside_per_episode", "death_beside_siphon_spawn_rate", "death_holding_siphons_rate",
-                "death_holding_programs_rate"):
+                "death_holding_programs_rate", "siphons_used>=1", "programs_played>=1"):
         assert key in keys, key
     assert sum(k.startswith("program_") for k in keys) == 23
+
+
+def test_a_count_with_a_threshold_reports_the_share_of_episodes_reaching_it():
+    # Issue 22's goals are shares of episodes (siphons used in >= 80%), not means: 4 episodes, siphons 0, 2, 1, 0.
+    values = {s.name: np.zeros(4, np.float32) for s in EPISODE_STATS}
+    values["siphons_used"] = np.array([0, 2, 1, 0], np.float32)
+    values["programs_played"] = np.array([0, 0, 0, 3], np.float32)
+    out = episode_stats.summarise(EPISODE_STATS, values, "eval/")
+    assert out["eval/siphons_used_per_episode"] == 0.75 and out["eval/siphons_used>=1"] == 0.5
+    assert out["eval/programs_played_per_episode"] == 0.75 and out["eval/programs_played>=1"] == 0.25
