@@ -56,12 +56,26 @@ def _ocp():
     return ocp
 
 
+class _DropUnretrievedFutures:
+    """logging filter: drops asyncio's "Future exception was never retrieved" records (see below)."""
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith("Future exception was never retrieved")
+
+
 def _quiet_closed_event_loops() -> None:
     """After a refused (corrupt) checkpoint, tensorstore reads still in flight finish on an event loop that orbax
-    has already closed, and each prints an "Event loop is closed" traceback through sys.unraisablehook. They
-    mean nothing once the one-line error is out: drop exactly those, pass everything else on."""
+    has already closed, and each prints an "Event loop is closed" traceback through sys.unraisablehook; the
+    reads that failed beside the one reported are garbage-collected unread, and asyncio logs each as "Future
+    exception was never retrieved" (how many depends on which read fails first: a race). They mean nothing once
+    the one-line error is out: drop exactly those, pass everything else on. (orbax is this process's only user
+    of asyncio; a failed save is reported by the hooks in one line of their own.)"""
+    import logging
     import sys
 
+    asyncio_logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, _DropUnretrievedFutures) for f in asyncio_logger.filters):
+        asyncio_logger.addFilter(_DropUnretrievedFutures())
     previous = sys.unraisablehook
     if getattr(previous, "_drops_closed_loops", False):
         return
