@@ -674,7 +674,7 @@ def validate(config: TrainConfig) -> None:
     """ConfigError (one line naming the flag) for a config no run can start with."""
     env, ppo, net, run, log = config.env, config.ppo, config.network, config.run, config.logging
     check_run_name(run.run_name)
-    for name in ("lr", "ent_coef", "ent_coef_final", "clip_eps", "vf_coef", "max_grad_norm", "gamma", "gae_lambda"):
+    for name in DATA_HYPERPARAMETERS:  # None: an option left to its default (--ent-coef-final)
         if getattr(ppo, name) is not None and not math.isfinite(getattr(ppo, name)):
             raise ConfigError(f"--{name.replace('_', '-')} must be a finite number, got {getattr(ppo, name)}")
     if not -2**63 <= run.seed < 2**63:
