@@ -96,8 +96,20 @@ def test_tiny_sweep_vmaps_its_points_and_each_agent_is_the_single_run(tmp_path, 
     single_eval = json.loads((tmp_path / "single" / "eval.json").read_text())
     assert evaluated["metrics"]["per_seed"]["eval/return_mean"][3] == pytest.approx(
         single_eval["metrics"]["eval/return_mean"], rel=1e-4)
-    # ... and the points really differ: the entropy bonus changes the loss.
+    # ... and its parameters are saved as row 3 of the group's parameter file, labelled with its point and seed.
+    from hephaestus.export import agent_label, load_params_npz, select_seed
+
+    swept, swept_meta = load_params_npz(str(out / "g" / "final_params.npz"))
+    alone, _ = load_params_npz(str(tmp_path / "single" / "final_params.npz"))
+    assert swept_meta["num_seeds"] == 4 and agent_label(swept_meta, 3) == "ent_coef=0.05, lr=0.001, seed 2"
+    row = select_seed(swept, swept_meta, 3)[0]
+    assert jax.tree.structure(row) == jax.tree.structure(alone)
+    for saved, single_value in zip(jax.tree.leaves(row), jax.tree.leaves(alone)):
+        np.testing.assert_allclose(saved, single_value, rtol=1e-4, atol=1e-6)
+    # ... and the points really differ: the entropy bonus changes the loss (and the saved parameters).
     assert records[-1]["per_seed"]["total_loss"][1] != pytest.approx(records[-1]["per_seed"]["total_loss"][3])
+    first = select_seed(swept, swept_meta, 1)[0]
+    assert any(not np.allclose(a, b) for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(row)))
 
 
 def test_bad_sweep_input_is_one_line(capsys):

@@ -11,6 +11,7 @@ import sys
 import time
 
 from hephaestus.evaluation import Evaluator, summary_lines, write_eval_json
+from hephaestus.export import agent_label
 from hephaestus.watch import WatchError, load_agent, load_env, resolve_params_path
 
 
@@ -64,7 +65,8 @@ def main(argv=None) -> int:
         else:
             path = resolve_params_path(args.path)
             params, meta, env, network = load_agent(path, args.env, args.seed_index)
-            source = path
+            label = agent_label(meta, args.seed_index or 0)  # a sweep agent: its point and seed
+            source = f"{path} (seed index {args.seed_index or 0}: {label})" if label else path
         if args.random:
             policies = ["random"]
         else:

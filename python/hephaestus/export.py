@@ -9,6 +9,8 @@ Layout of the file:
                     `env_steps`, `num_seeds`, and the resolved config.
                     With `num_seeds` S > 1 (a --num-seeds run) every parameter has a leading [S] axis, one row per
                     seed (seed --seed + i in row i); `select_seed` picks one agent's parameters.
+                    A sweep's file (scripts/sweep.py, `<out>/<group>/final_params.npz`) also has `agents`: per
+                    row, that agent's sweep point and seed (`agent_label` names it).
 
 `load_params_npz` rebuilds the flax params tree and the metadata; `network_from_meta` rebuilds the module.
 """
@@ -60,12 +62,17 @@ def network_meta(spec, config) -> dict:
 
 
 def save_params_npz(path: str, params, *, env: str, network: dict, update: int = 0, env_steps: int = 0,
-                    config: dict | None = None, num_seeds: int = 1) -> str:
-    """Write atomically (temp file + rename), so a crash never leaves a half-written export."""
+                    config: dict | None = None, num_seeds: int = 1, agents: list[dict] | None = None) -> str:
+    """Write atomically (temp file + rename), so a crash never leaves a half-written export. `agents`: one dict
+    per row ({"point": {...}, "seed": s}) where the rows differ in more than their seed (a sweep)."""
     from hephaestus import __version__
 
+    if agents is not None and len(agents) != num_seeds:
+        raise ValueError(f"{len(agents)} agent descriptions for {num_seeds} rows")
     meta = {"format": FORMAT, "version": __version__, "env": env, "network": network, "update": int(update),
             "env_steps": int(env_steps), "num_seeds": int(num_seeds), "config": config or {}}
+    if agents is not None:
+        meta["agents"] = agents
     arrays = flatten_params(params)
     arrays[META_KEY] = np.array(json.dumps(meta))
     directory = os.path.dirname(os.path.abspath(path))
@@ -119,6 +126,16 @@ def select_seed(params: dict, meta: dict, index: int | None, path: str = "parame
     if n == 1:
         return params, 0
     return jax.tree.map(lambda x: np.asarray(x)[chosen], params), chosen
+
+
+def agent_label(meta: dict, index: int) -> str:
+    """Row `index` of a file in words: a sweep agent's point and seed ("gae_lambda=0.8, seed 2"), else ""."""
+    agents = meta.get("agents") or []
+    if not 0 <= index < len(agents):
+        return ""
+    point = agents[index].get("point") or {}
+    values = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items())
+    return ", ".join(x for x in (values, f"seed {agents[index].get('seed')}") if x)
 
 
 def network_from_meta(meta: dict, dtype: str | None = None):

@@ -8,6 +8,7 @@ trains (points in the group) x (seeds) agents, each agent its own seed and its o
 numbers): point p's seed j starts from `--seed + j`, as a single run with that seed and those values would.
 
 Outputs in `--out`: `<group>/metrics.jsonl` per program (the usual multi-seed records, `per_seed` in agent order),
+`<group>/final_params.npz` (every agent's final parameters, row = agent), `<group>/eval.json` (the final evaluation),
 `results.csv` and `results.md` (final metrics per point, mean and std over its seeds), `curves.png`.
 """
 
@@ -194,6 +195,7 @@ def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog
     finally:
         sink.close()
     records = result.records
+    save_agents(trainer, result.runner_state, group, seeds, agent_seeds, os.path.join(directory, "final_params.npz"))
     # The final evaluation (--final-eval-episodes greedy episodes per agent, each agent with its own seed's key),
     # written to <out>/<group>/eval.json; its eval/ keys are the table's headline.
     evaluated = final_evaluation(trainer, result.runner_state, directory, message, agent_seeds) or {}
@@ -212,6 +214,25 @@ def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog
                     "curves": {"env_steps": [r["env_steps"] for r in records],
                                **{k: [per_seed(r, k)[rows] for r in records] for k in keys}}})
     return out
+
+
+def save_agents(trainer, runner_state, group: Group, seeds: int, agent_seeds: list[int], path: str) -> str:
+    """Every agent's final parameters in one parameter file (export.py), row a = agent a (point a // seeds, seed
+    a % seeds), each row labelled with its point and seed: any sweep agent can then be watched
+    (watch_agent.py --seed-index a) or scored again on more episodes (evaluate.py --seed-index a) without
+    training it again. Written before the final evaluation, so that a failed evaluation loses no training."""
+    import jax
+
+    from hephaestus.export import save_params_npz
+    from hephaestus.networks import NetworkSpec
+
+    config = trainer.config
+    agents = [{"point": point, "seed": seed}
+              for point, seed in zip((p for p in group.points for _ in range(seeds)), agent_seeds)]
+    return save_params_npz(path, jax.device_get(runner_state.train_state.params), env=config.env.name,
+                           network=NetworkSpec.of(trainer.env.spec, config).to_meta(), update=config.num_updates,
+                           env_steps=config.num_updates * config.batch_size, config=config.to_dict(),
+                           num_seeds=len(agents), agents=agents)
 
 
 def summarise(results: list[dict], names: list[str], out_dir: str) -> tuple[str, str, str]:

@@ -567,7 +567,11 @@ def main(argv=None, compile_cache: bool = True) -> int:
             from hephaestus.compilation_cache import enable_compilation_cache
 
             enable_compilation_cache()
-        which = f" (seed index {player.seed_index} of {player.num_seeds})" if player.num_seeds > 1 else ""
+        from hephaestus.export import agent_label
+
+        label = agent_label(player.meta, player.seed_index)  # a sweep agent: its point and seed
+        which = (f" (seed index {player.seed_index} of {player.num_seeds}{': ' + label if label else ''})"
+                 if player.num_seeds > 1 else "")
         print(f"watching {path}{which}: env {player.env_name}, update {player.meta.get('update', '?')}, "
               f"{player.meta.get('env_steps', '?')} env steps, {'sampled' if args.sample else 'greedy'} actions",
               flush=True)
