@@ -46,6 +46,17 @@ def hatch(state):
     )
 
 
+def adjacent_to_player(pos, player_pos):
+    """Whether cells `pos` are orthogonally adjacent to the player's cell (Manhattan distance 1): where an enemy
+    attacks instead of moving. The enemy phase, R116's siphon-death penalty and the death statistics all ask this."""
+    return (jnp.abs(pos // 6 - player_pos // 6) + jnp.abs(pos % 6 - player_pos % 6)) == 1
+
+
+def enemies_beside_player(state):
+    """The active enemies adjacent to the player, per entity slot."""
+    return state.ent_active & state.ent_enemy & adjacent_to_player(state.ent_pos, state.player_pos)
+
+
 def _choose_move(state, ent_pos, slot, blocks, dist2):
     """New cell for the enemy in ``slot`` that is not adjacent to the player (R63-R66).
     ``ent_pos`` are the current positions (earlier moves of this sub-step included)."""
@@ -94,7 +105,6 @@ def _substep(state, key, s, attacked, blocks, dist2):
     slots = jnp.arange(MAX_ENTITIES, dtype=i32)
     keys = jnp.where(acting, ((rng.bits(key, slots) >> 8).astype(i32) << 6) | slots, jnp.int32(2 ** 31 - 1))
     n_act = jnp.sum(acting, dtype=i32)
-    pr, pc = state.player_pos // 6, state.player_pos % 6
 
     def cond(c):
         return c[0] < n_act
@@ -105,7 +115,7 @@ def _substep(state, key, s, attacked, blocks, dist2):
         slot = jnp.min(keys) & 63
         keys = jnp.where(slots == slot, jnp.int32(2 ** 31 - 1), keys)
         p = pos[slot]
-        adjacent = (jnp.abs(p // 6 - pr) + jnp.abs(p % 6 - pc)) == 1
+        adjacent = adjacent_to_player(p, state.player_pos)
         newp = _choose_move(state, pos, slot, blocks, dist2)
         hp = jnp.where(adjacent, jnp.maximum(hp - 1, 0), hp)
         pos = jnp.where(slots == slot, jnp.where(adjacent, p, newp), pos)

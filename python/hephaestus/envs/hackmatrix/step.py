@@ -6,7 +6,7 @@ from .constants import (
     A_RESET, A_SIPHON, A_UNDO, A_WAIT, BIG, BLOCK, CROSS, DATA_SIPHON, DEATH_PENALTY_SUMS, EMPTY, ENEMY_NAMES, EXIT,
     NBR_IDX, NUM_ACTIONS, NUM_PROGRAMS, PROGRAM_NAMES, RAY_IDX, RAY_INB, STAGE_REWARDS,
 )
-from .enemies import enemy_phase
+from .enemies import enemies_beside_player, enemy_phase
 from . import rng
 from .compact import compacted
 from .generate import enemy_transmission_at, initialize_stage_seeded
@@ -192,8 +192,7 @@ def play(state, action, key, params):
     new_dist = exit_dist(st)
     delta = jnp.where(dead, 0, jnp.where(reached, old_dist, old_dist - new_dist))
     stage_idx = jnp.clip(st.stage - 2, 0, 7)
-    enemy_adj = st.ent_active & st.ent_enemy & st.ent_siphon & (
-        (jnp.abs(st.ent_pos // 6 - st.player_pos // 6) + jnp.abs(st.ent_pos % 6 - st.player_pos % 6)) == 1)
+    siphon_spawn_beside = enemies_beside_player(st) & st.ent_siphon
     terms = {
         "step": -params.step_penalty * jnp.ones((), f32),
         "stage": jnp.where(reached, params.stage_coef * jnp.asarray(STAGE_REWARDS)[stage_idx], 0.0),
@@ -209,7 +208,7 @@ def play(state, action, key, params):
         "hpRecovery": params.hp_recovery_coef * jnp.maximum(hp1 - hp0, 0),
         "siphonQuality": -params.siphon_quality_coef * missed,
         "programWaste": jnp.where((action == A_RESET) & (hp0 == 2), -params.program_waste, 0.0),
-        "siphonDeathPenalty": jnp.where(dead & jnp.any(enemy_adj), -params.siphon_death_penalty, 0.0),
+        "siphonDeathPenalty": jnp.where(dead & jnp.any(siphon_spawn_beside), -params.siphon_death_penalty, 0.0),
     }
     terms = {k: jnp.where(valid, jnp.asarray(terms[k], f32), jnp.float32(0.0)) for k in REWARD_TERMS}
     reward = jnp.float32(0.0)
@@ -240,8 +239,7 @@ def episode_stats(before, after, siphoned, action, valid, kills, pickup, reached
     # How the episode ended, where it ended in death: the enemies beside the player then (the killer is among
     # them: an attacker does not move, R56) and what the player held unused.
     died = dead & valid
-    beside = after.ent_active & after.ent_enemy & (
-        (jnp.abs(after.ent_pos // 6 - after.player_pos // 6) + jnp.abs(after.ent_pos % 6 - after.player_pos % 6)) == 1)
+    beside = enemies_beside_player(after)
     beside_type = jnp.any(beside[:, None] & (after.ent_type[:, None] == jnp.arange(len(ENEMY_NAMES))), axis=0)
     stats = {
         "stage_reached": after.stage,
