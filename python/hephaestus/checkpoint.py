@@ -416,9 +416,9 @@ def one_line(err: BaseException) -> str:
 
 def _network_meta(trainer) -> dict:
     """The trainer's network description (networks.NetworkSpec), as checkpoints and exports store it."""
-    from hephaestus.networks import NetworkSpec
+    from hephaestus.export import network_meta
 
-    return NetworkSpec.of(trainer.env.spec, trainer.config).to_meta()
+    return network_meta(trainer.env.spec, trainer.config)
 
 
 def read_state(path: str):

@@ -65,8 +65,9 @@ def main(argv=None) -> int:
         else:
             path = resolve_params_path(args.path)
             params, meta, env, network = load_agent(path, args.env, args.seed_index)
-            label = agent_label(meta, args.seed_index or 0)  # a sweep agent: its point and seed
-            source = f"{path} (seed index {args.seed_index or 0}: {label})" if label else path
+            index = args.seed_index or 0
+            label = agent_label(meta, index)  # a sweep agent: its point and seed
+            source = f"{path} (seed index {index}: {label})" if label else path
         if args.random:
             policies = ["random"]
         else:

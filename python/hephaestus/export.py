@@ -133,9 +133,13 @@ def agent_label(meta: dict, index: int) -> str:
     agents = meta.get("agents") or []
     if not 0 <= index < len(agents):
         return ""
-    point = agents[index].get("point") or {}
-    values = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items())
+    values = point_text(agents[index].get("point") or {})
     return ", ".join(x for x in (values, f"seed {agents[index].get('seed')}") if x)
+
+
+def point_text(point: dict, sep: str = ", ") -> str:
+    """A sweep point in words, floats in %g: "ent_coef=0.05, lr=0.001" (sweep.py's labels use it too)."""
+    return sep.join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items())
 
 
 def network_from_meta(meta: dict, dtype: str | None = None):

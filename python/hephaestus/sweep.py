@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hephaestus.config import DATA_HYPERPARAMETERS, ConfigError, TrainConfig, options, parse_untyped, resolve
+from hephaestus.export import network_meta, point_text, save_params_npz
 
 # The final training metrics the results report (mean and std over seeds), plus every eval/ and episode/ key a run
 # writes; the final evaluation's keys (EVAL_PREFIXES) come first. results.csv has them all; results.md only
@@ -149,7 +150,7 @@ def group_points(points: list[dict]) -> list[Group]:
 
 
 def point_label(point: dict) -> str:
-    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items())
+    return point_text(point, " ")
 
 
 def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message=print) -> list[dict]:
@@ -223,14 +224,11 @@ def save_agents(trainer, runner_state, group: Group, seeds: int, agent_seeds: li
     training it again. Written before the final evaluation, so that a failed evaluation loses no training."""
     import jax
 
-    from hephaestus.export import save_params_npz
-    from hephaestus.networks import NetworkSpec
-
     config = trainer.config
     agents = [{"point": point, "seed": seed}
               for point, seed in zip((p for p in group.points for _ in range(seeds)), agent_seeds)]
     return save_params_npz(path, jax.device_get(runner_state.train_state.params), env=config.env.name,
-                           network=NetworkSpec.of(trainer.env.spec, config).to_meta(), update=config.num_updates,
+                           network=network_meta(trainer.env.spec, config), update=config.num_updates,
                            env_steps=config.num_updates * config.batch_size, config=config.to_dict(),
                            num_seeds=len(agents), agents=agents)
 
