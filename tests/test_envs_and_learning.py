@@ -89,6 +89,8 @@ def test_env_params_change_the_training_env_and_evaluations_play_the_defaults():
         make_env("hackmatrix", curiculum_share="0.5")
     with pytest.raises(EnvParamError, match="curriculum_max_stage must be in 2..8"):
         make_env("hackmatrix", curriculum_max_stage="9")
+    with pytest.raises(EnvParamError, match=r"curriculum_program_prob must be in \[0, 1/7\]"):
+        make_env("hackmatrix", curriculum_program_prob="0.5")
     with pytest.raises(EnvParamError, match="max_steps_in_episode is '2.5', expected an int"):
         make_env("gymnax:CartPole-v1", max_steps_in_episode="2.5")
     with pytest.raises(UnknownEnvError, match="has no parameters"):

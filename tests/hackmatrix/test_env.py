@@ -312,7 +312,8 @@ def test_nested_vmap_and_jit_reset():
 def test_curriculum_starts_a_share_of_games_on_later_stages_and_share_zero_is_the_rules_game():
     """EnvParams.curriculum_share (a training curriculum, issue 22): that share of new games starts on a stage
     uniform in 2..curriculum_max_stage with that stage's scheduled-task interval (R68) and starting transmissions
-    (R35) and a player's resources; share 0 is exactly the game of the rules, whatever the maximum stage; the
+    (R35) and a player's resources (programs with curriculum_program_prob per skipped stage, none at 0); share 0
+    is exactly the game of the rules, whatever the maximum stage; the
     auto-reset of a step starts its new games the same way as reset_env."""
     from hephaestus.envs.hackmatrix.generate import CURRICULUM_RESOURCES_PER_STAGE, new_game
 
@@ -335,6 +336,11 @@ def test_curriculum_starts_a_share_of_games_on_later_stages_and_share_zero_is_th
     gained = np.asarray(half.credits) + np.asarray(half.energy) - np.asarray(rules.credits) - np.asarray(rules.energy)
     assert (gained[late] <= 2 * CURRICULUM_RESOURCES_PER_STAGE * (stage[late] - 1)).all() and gained[late].mean() > 4
     assert np.asarray(half.owned)[late].sum() > 0 and not np.asarray(half.owned)[~late].any()
+    # curriculum_program_prob 0: programs only by siphoning; the same late starts, stages and resources
+    _, bare = jax.device_get(reset(keys, PARAMS.replace(curriculum_share=0.5, curriculum_program_prob=0.0)))
+    assert not np.asarray(bare.owned).any()
+    for name in ("stage", "credits", "energy", "siphons", "player_pos"):
+        np.testing.assert_array_equal(getattr(bare, name), getattr(half, name), err_msg=name)
 
     # the auto-reset: a lane at the step limit starts its new game as reset_env does with the reset key
     params = PARAMS.replace(curriculum_share=1.0, curriculum_max_stage=8)

@@ -265,17 +265,18 @@ def new_game_seeded(sd, need=True, curriculum=None) -> EnvState:
 
 
 # Resources a curriculum start grants per skipped stage: up to this many credits and as many energy (uniform),
-# each program owned with this probability (1.15 programs per skipped stage), and one data siphon with probability
-# 1/2 once any stage is skipped. A guess at what a player who cleared those stages holds, not a rule.
+# and one data siphon with probability 1/2 once any stage is skipped; each program is owned with probability
+# EnvParams.curriculum_program_prob per skipped stage (0.05: 1.15 programs per skipped stage). A guess at what a
+# player who cleared those stages holds, not a rule.
 CURRICULUM_RESOURCES_PER_STAGE = 8
-CURRICULUM_PROGRAM_PROB_PER_STAGE = 0.05
 
 
-def curriculum_start(start: EnvState, sd, share, max_stage) -> EnvState:
+def curriculum_start(start: EnvState, sd, share, max_stage, program_prob) -> EnvState:
     """A training curriculum (issue 22; not a rule of the game): with probability ``share`` the new game ``start``
     (``new_game_start``'s, before its first stage is generated) is moved to a stage uniform in 2..``max_stage``,
     as a player who cleared the stages before it: the scheduled-task interval of that stage (13 - stage, R68) and
-    the resources of CURRICULUM_*. Stage generation (R28-R35) then builds that stage, its ``stage`` starting
+    the resources of CURRICULUM_RESOURCES_PER_STAGE, each program with probability ``program_prob`` per skipped
+    stage. Stage generation (R28-R35) then builds that stage, its ``stage`` starting
     transmissions included. With ``share`` 0 the start is returned unchanged: the draws below use counters that
     ``new_game_start`` does not, so the game of every seed is the same as without a curriculum."""
     share = jnp.asarray(share, jnp.float32)
@@ -291,7 +292,7 @@ def curriculum_start(start: EnvState, sd, share, max_stage) -> EnvState:
         energy=start.energy + rng.randint(sd, 19, most),
         siphons=start.siphons + rng.randint(sd, 20, 2),
         owned=start.owned | (rng.uniform(sd, 32 + jnp.arange(NUM_PROGRAMS))
-                             < CURRICULUM_PROGRAM_PROB_PER_STAGE * skipped.astype(jnp.float32)),
+                             < jnp.asarray(program_prob, jnp.float32) * skipped.astype(jnp.float32)),
     )
     return jax.tree.map(lambda a, b: jnp.where(late, a, b), late_start, start)
 

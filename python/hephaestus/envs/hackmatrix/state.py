@@ -83,6 +83,9 @@ class EnvParams:
     # define it, which is what evaluations always play.
     curriculum_share: float = 0.0
     curriculum_max_stage: int = 4
+    # Each program is owned at such a start with this probability per skipped stage; 0 = programs only by
+    # siphoning (R44's data siphons and the skipped stages' credits and energy are still granted).
+    curriculum_program_prob: float = 0.05
 
 
 def check_params(params: EnvParams) -> None:
@@ -91,6 +94,9 @@ def check_params(params: EnvParams) -> None:
         raise ValueError(f"curriculum_share must be in [0, 1], got {params.curriculum_share}")
     if not 2 <= params.curriculum_max_stage <= 8:
         raise ValueError(f"curriculum_max_stage must be in 2..8, got {params.curriculum_max_stage}")
+    if not 0.0 <= params.curriculum_program_prob <= 1.0 / 7:
+        raise ValueError(f"curriculum_program_prob must be in [0, 1/7] (a probability per skipped stage, up to 7 "
+                         f"skipped), got {params.curriculum_program_prob}")
     if params.max_steps_in_episode < 1:
         raise ValueError(f"max_steps_in_episode must be positive, got {params.max_steps_in_episode}")
 
