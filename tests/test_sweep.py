@@ -112,6 +112,42 @@ def test_tiny_sweep_vmaps_its_points_and_each_agent_is_the_single_run(tmp_path, 
     assert any(not np.allclose(a, b) for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(row)))
 
 
+def test_a_full_disk_ends_a_sweep_with_one_line_naming_the_write_and_what_is_complete(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """A write that fails (disk full) during training, at the parameter file or at the summary is one line and a
+    non-zero exit, never a traceback: the failed write and its reason, the program it stopped, the programs whose
+    results are complete."""
+    import errno
+
+    from hephaestus import sinks
+
+    def no_space(path):
+        def raise_(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return raise_
+
+    argv = [*TINY, "--grid", "ent-coef=0.0,0.05", "--final-eval-episodes", "0", "--eval-every", "0"]
+    cases = (  # (what fails, the words the line must hold)
+        ((sinks.JsonlSink, "write", no_space("m")), ("metrics.jsonl failed (No space left on device) after update",
+                                                     "program g did not finish")),
+        ((sw, "save_params_npz", no_space("final_params.npz")), ("writing final_params.npz failed (No space left",
+                                                                 "program g did not finish")),
+        ((sw, "summarise", no_space("results.csv")), ("writing results.csv failed", "summary (results.csv",
+                                                      "complete: ")),
+    )
+    for (target, name, replacement), needles in cases:
+        with monkeypatch.context() as patch:
+            patch.setattr(target, name, replacement)
+            with pytest.raises(SystemExit) as exit_:
+                sw.main([*argv, "--out", str(tmp_path / name)])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: sweep: writing "), err
+        assert all(needle in err[0] for needle in needles), (needles, err[0])
+    assert err[0].endswith(f"complete: {tmp_path / 'summarise' / 'g'}")
+    assert (tmp_path / "summarise" / "g" / "final_params.npz").is_file()  # the finished program's work is kept
+
+
 def test_bad_sweep_input_is_one_line(capsys):
     for argv, needle in ((["--out", "x"], "give --grid"), (["--grid", "gamma=2", "--out", "x"], "--gamma must be"),
                          (["--grid", "lr=1e-3", "--seeds", "0", "--out", "x"], "--seeds must be positive"),

@@ -25,7 +25,13 @@ class TrainingError(RuntimeError):
 
 
 class SinkError(TrainingError):
-    """A sink could not write (disk full): the loop saved a checkpoint, then raised this."""
+    """A sink could not write (disk full): the loop ran its hooks (a training run's saves its checkpoint), then
+    raised this. ``write_failure`` says which write failed and why; ``update`` is where the run stopped."""
+
+    def __init__(self, write_failure: str, update: int):
+        super().__init__(f"{write_failure}; the run stopped at update {update} and saved its state there "
+                         f"(continue with --resume)")
+        self.write_failure, self.update = write_failure, update
 
 
 class Hook(Protocol):
@@ -111,9 +117,8 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
     evaluator = None
     eval_every = config.logging.eval_every
     if eval_every:
-        from hephaestus.evaluation import Evaluator
-        evaluator = Evaluator(trainer.eval_env, trainer.network, config.logging.eval_episodes,
-                              config.logging.eval_max_steps, config.logging.eval_sampled, num_seeds=num_seeds)
+        evaluator = trainer.evaluator(config.logging.eval_episodes, config.logging.eval_max_steps,
+                                      config.logging.eval_sampled)
 
     if startup is not None:
         startup.enter("first compile")
@@ -209,6 +214,5 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
     result.runner_state = runner
     if failed_sink:
         # The chunk already queued when the write failed has run: its state (not the failed record's) is saved.
-        raise SinkError(f"{failed_sink}; the run stopped at update {done_updates} and saved its state there "
-                        f"(continue with --resume)")
+        raise SinkError(failed_sink, done_updates)
     return result

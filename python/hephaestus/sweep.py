@@ -352,6 +352,20 @@ def check_env_params(base: TrainConfig, points: list[dict]) -> None:
             raise SweepError(str(err)) from None
 
 
+def write_failure_text(err, stopped_group, done: list[str], out: str) -> str:
+    """One line for a sweep that could not write (``err``: an OSError or the loop's SinkError): which write
+    failed, which program it stopped (a sweep keeps no checkpoint: its training is lost unless its
+    final_params.npz was written), and which programs' results (metrics.jsonl, final_params.npz, eval.json) are
+    complete on disk."""
+    what = getattr(err, "write_failure", None) or f"writing {err.filename or out} failed ({err.strerror or err})"
+    if stopped_group:
+        stopped = f"; program {stopped_group} did not finish (a sweep keeps no checkpoint)"
+    else:  # every program finished (or none started: the --out folder itself)
+        stopped = "; the summary (results.csv, results.md, curves.png) was not written" if done else ""
+    kept = f"; complete: {', '.join(os.path.join(out, name) for name in done)}" if done else ""
+    return f"sweep: {what}{stopped}{kept}"
+
+
 def main(argv=None) -> int:
     from hephaestus.cli import config_from_args, fail
 
@@ -370,22 +384,27 @@ def main(argv=None) -> int:
     except (SweepError, ConfigError, TypeError) as err:
         fail(str(err))
     from hephaestus.compilation_cache import enable_compilation_cache
+    from hephaestus.loop import SinkError
 
     enable_compilation_cache()
-    os.makedirs(args.out, exist_ok=True)
     names = list(points[0])
     groups = group_points(points)
     print(f"sweep: {len(points)} point(s) x {args.seeds} seed(s) in {len(groups)} program(s)", flush=True)
     t0 = time.perf_counter()
-    results = []
+    results, done, group = [], [], None
     try:
+        os.makedirs(args.out, exist_ok=True)
         for group in groups:
             results += run_group(base, group, args.seeds, args.out)
+            done.append(group.name)
+        order = {json.dumps(p, sort_keys=True): i for i, p in enumerate(points)}
+        results.sort(key=lambda r: order[json.dumps(r["point"], sort_keys=True)])
+        paths = summarise(results, names, args.out)
     except ValueError as err:  # e.g. --num-envs not divisible by the devices
         fail(str(err))
-    order = {json.dumps(p, sort_keys=True): i for i, p in enumerate(points)}
-    results.sort(key=lambda r: order[json.dumps(r["point"], sort_keys=True)])
-    paths = summarise(results, names, args.out)
+    except (OSError, SinkError) as err:  # a full disk, the folder gone: one line, and what is kept
+        stopped = group.name if group is not None and len(done) < len(groups) else None
+        fail(write_failure_text(err, stopped, done, args.out))
     print(open(paths[1]).read().rstrip())
     print(f"sweep done in {time.perf_counter() - t0:.0f}s: {', '.join(paths)}")
     return 0
