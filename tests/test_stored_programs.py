@@ -40,7 +40,7 @@ def test_a_second_start_reads_the_stored_chunk_without_tracing_and_computes_the_
         raise AssertionError("a program was exported again")
 
     monkeypatch.setattr(stored_programs, "export_chunk", no_export)
-    monkeypatch.setattr(stored_programs, "export_fresh", no_export)
+    monkeypatch.setattr(stored_programs, "export_function", no_export)
     second = make_train(config(seed=5, run_name="another", total_timesteps=960), store_programs_in=str(tmp_path))
     runner, second_returns = run_chunks(second)
     assert "reward_terms" not in vars(second.context)
@@ -120,7 +120,7 @@ def test_a_stored_fresh_state_has_the_traced_tree_and_values(tmp_path, monkeypat
     """The fresh-agent program read back: its state's tree holds this start's own optimizer and network (what
     no file holds) exactly where a trace puts them, and its values are the jitted program's, for stacked seeds."""
     make_train(config(num_seeds=2), store_programs_in=str(tmp_path))  # exports and stores both programs
-    monkeypatch.setattr(stored_programs, "export_fresh", lambda *a, **k: pytest.fail("exported again"))
+    monkeypatch.setattr(stored_programs, "export_function", lambda *a, **k: pytest.fail("exported again"))
     stored = make_train(config(num_seeds=2, seed=7), store_programs_in=str(tmp_path))
     assert stored.stored_fresh(*stored.agent_inputs([7, 8])) is not None
     key, hyper = stored.agent_inputs([7, 8])
@@ -130,3 +130,34 @@ def test_a_stored_fresh_state_has_the_traced_tree_and_values(tmp_path, monkeypat
     plain = make_train(config(num_seeds=2, seed=7))
     for leaf, plain_leaf in zip(jax.tree.leaves(stored.runner_state), jax.tree.leaves(plain.runner_state), strict=True):
         np.testing.assert_array_equal(np.asarray(leaf), np.asarray(plain_leaf))
+
+
+def test_an_evaluation_program_is_stored_and_read_back_with_the_same_episodes(tmp_path, monkeypatch):
+    """The evaluation program (evaluation.Evaluator with a cache directory and a description of its agent): the
+    first evaluation exports it, a later Evaluator of the same agent and shape reads it back without tracing and
+    plays the same episodes as the plain jitted program; another batch size is another program."""
+    from hephaestus.evaluation import Evaluator
+
+    trainer = make_train(config(num_seeds=2))
+    params, key = trainer.runner_state.train_state.params, jax.random.split(jax.random.PRNGKey(4), 2)
+    agent = {"run": stored_programs.key_material(trainer.config)["config"]}
+
+    def evaluate(**store):
+        evaluator = Evaluator(trainer.eval_env, trainer.network, 6, 30, sampled=True, batch=3, num_seeds=2, **store)
+        return evaluator(params, key)
+
+    plain_metrics, plain_raw = evaluate()
+    assert evaluate(cache_dir=str(tmp_path), agent=agent)[0] == plain_metrics  # exported, then run from the export
+    stored = os.listdir(tmp_path / "exported")
+    assert [name.split("-")[0] for name in stored] == ["eval"]
+    exports = []
+    real_export = stored_programs.export_function
+    monkeypatch.setattr(stored_programs, "export_function", lambda *a: exports.append(1) or real_export(*a))
+    metrics, raw = evaluate(cache_dir=str(tmp_path), agent=agent)
+    assert metrics == plain_metrics and not exports
+    for prefix in plain_raw:
+        np.testing.assert_array_equal(raw[prefix]["return"], plain_raw[prefix]["return"])
+    assert os.listdir(tmp_path / "exported") == stored
+    Evaluator(trainer.eval_env, trainer.network, 6, 30, batch=2, num_seeds=2, cache_dir=str(tmp_path),
+              agent=agent)(params, key)  # batch 2: another program, exported and stored beside the first
+    assert exports == [1] and len(os.listdir(tmp_path / "exported")) == 2

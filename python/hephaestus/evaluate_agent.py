@@ -55,7 +55,7 @@ def main(argv=None) -> int:
 
         from hephaestus.compilation_cache import enable_compilation_cache
 
-        enable_compilation_cache()
+        cache_dir = enable_compilation_cache()
         if args.random and not args.path:
             if not args.env:
                 raise EvalError("--random needs --env (or a parameter file naming the env)")
@@ -75,8 +75,11 @@ def main(argv=None) -> int:
         print(f"evaluating {source}: env {env.spec.name}, update {meta.get('update', '-')}, "
               f"{args.episodes} episodes x at most {args.max_steps} steps, {' and '.join(policies)} policy",
               flush=True)
+        # The env and network come from the env's name and the file's network metadata alone: with those as the
+        # key, a second evaluation of such an agent reads its stored program instead of tracing it again.
         evaluator = Evaluator(env, network, args.episodes, args.max_steps, batch=args.batch_size,
-                              policies=tuple(policies))
+                              policies=tuple(policies), cache_dir=cache_dir,
+                              agent={"env": env.spec.name, "network": meta.get("network")})
         t0 = time.perf_counter()
         metrics, raw = evaluator(params, jax.random.PRNGKey(args.seed))
         print(f"{' and '.join(policies)}: {time.perf_counter() - t0:.1f}s (compile included)")

@@ -140,10 +140,18 @@ class Evaluator:
     over it: one call evaluates every agent, agent i with its own key."""
 
     def __init__(self, env, network, episodes: int, max_steps: int, sampled: bool = False, batch: int = 0,
-                 num_seeds: int = 1, policies: tuple[str, ...] | None = None):
+                 num_seeds: int = 1, policies: tuple[str, ...] | None = None, cache_dir: str | None = None,
+                 agent: dict | None = None):
         """`policies` (default: greedy, and sampled if `sampled`) run one after another, each under its prefix
-        (PREFIXES), policy i with the key fold_in(key, i)."""
+        (PREFIXES), policy i with the key fold_in(key, i).
+
+        `cache_dir` (the compilation cache's) and `agent` (what builds `env` and `network`: a run's
+        stored_programs.key_material, or a parameter file's env name and network metadata): the program is
+        exported there on its first call and read back by a later start instead of traced again
+        (stored_programs.py; tracing the HackMatrix step under the evaluation's vmap is ~9 s of a 2-core CPU)."""
         import jax
+
+        from hephaestus.stored_programs import ProgramStore
 
         self.stats = env.spec.episode_stats
         self.episodes, self.batch, self.num_seeds = episodes, min(batch or episodes, episodes), num_seeds
@@ -155,7 +163,18 @@ class Evaluator:
         self.program = make_evaluator(env, network, self.batch, max_steps)  # one program for every policy
         if num_seeds > 1:
             self.program = jax.jit(jax.vmap(self.program, in_axes=(0, 0, None)))
+        self.store = (ProgramStore.for_evaluation(cache_dir, agent, self.batch, max_steps, num_seeds)
+                      if agent is not None else None)
         self.compiled = False
+
+    def _stored_program(self, params, key):
+        """The program through its stored export, read back or exported now (once per Evaluator); the jitted
+        program itself where there is no store or exporting fails."""
+        if self.store is not None:
+            self.program = self.store.evaluation_program(self.program, params, key, policy_index("greedy")) \
+                or self.program
+            self.store = None
+        return self.program
 
     @property
     def prefixes(self) -> list[str]:
@@ -171,6 +190,7 @@ class Evaluator:
         from hephaestus.sinks import combine_seeds
 
         seeds = self.num_seeds > 1
+        self._stored_program(params, key)
         per_seed, raw = [{} for _ in range(self.num_seeds)], {}
         for i, policy in enumerate(self.policies):
             prefix, index = PREFIXES[policy], policy_index(policy)
@@ -250,9 +270,8 @@ def final_evaluation(trainer, runner_state, run_dir: str, message=print,
     update = int(jax.device_get(runner_state.update_step))
     t0 = time.perf_counter()
     # in batches of --eval-episodes: the periodic evaluation's compiled program serves this one too
-    evaluator = Evaluator(trainer.eval_env, trainer.network, log.final_eval_episodes, log.eval_max_steps,
-                          log.eval_sampled, batch=min(log.eval_episodes, log.final_eval_episodes),
-                          num_seeds=num_seeds)
+    evaluator = trainer.evaluator(log.final_eval_episodes, log.eval_max_steps, log.eval_sampled,
+                                  batch=min(log.eval_episodes, log.final_eval_episodes))
     metrics, raw = evaluator(runner_state.train_state.params,
                              eval_key(config.run.seed, update, num_seeds, agent_seeds))
     info = {"source": "final evaluation of the run", "env": config.env.name, "update": update,

@@ -1,4 +1,4 @@
-"""Stored programs: a warm start that does not trace the chunk or the fresh state again.
+"""Stored programs: a warm start that does not trace the chunk, the fresh state or the evaluation again.
 
 With the compilation cache warm, XLA's work is read back from disk, but every start still traced the whole chunk in
 Python first (the env step inside the rollout, the update, every stage) only to find the cache key: about 2 s of a
@@ -17,6 +17,10 @@ The fresh state's program is stored the same way (`fresh-<key>.bin`), so a warm 
 tree holds the run's optimizer and the network's apply function (flax's TrainState keeps them as static fields), and
 optax's functions cannot be pickled: the file names them instead (`persistent_id`), and a later start puts its own
 optimizer and network back in their place (the same objects a trace would have put there: a test compares the trees).
+
+The evaluation program is stored the same way (`eval-<key>.bin`, `ProgramStore.for_evaluation`): its key is
+`base_material` plus what builds its agent (a run's config, or a parameter file's env name and network metadata) and
+its shape (parallel episodes, step limit, agents).
 
 A stored file that cannot be read or written is a miss and nothing else: this is a cache.
 """
@@ -74,9 +78,15 @@ def _versions() -> dict:
 
 def key_material(config) -> dict:
     """What the stored programs of a run with `config` (resolved) depends on, as JSON-able data."""
+    return {"config": {name: value for name, value in config.to_dict().items() if name not in RUN_ONLY},
+            **base_material()}
+
+
+def base_material() -> dict:
+    """What every stored program depends on besides its own settings: this package's code, the libraries, the
+    backend and its devices, XLA's flags."""
     return {
         "format": FORMAT,
-        "config": {name: value for name, value in config.to_dict().items() if name not in RUN_ONLY},
         "code": _package_digest(),
         "python": sys.version_info[:2],
         "versions": _versions(),
@@ -126,39 +136,42 @@ class StoredChunk:
         return run_chunk
 
 
-class StoredFresh:
-    """The fresh-agent program through its export: (key, hyper) -> the runner state, as `fresh_runner_state`."""
+class StoredFunction:
+    """A jitted function of arrays through its export: `(*args) -> tree`, as the function itself. The fresh-agent
+    program ((key, hyper) -> the runner state, as `fresh_runner_state`) and the evaluation program ((params, key,
+    policy) -> per-episode arrays, evaluation.make_evaluator) are stored this way."""
 
     def __init__(self, exported, out_tree):
         self.exported = exported
         self.out_tree = out_tree
         self._jitted = jax.jit(lambda leaves: exported.call(leaves))
 
-    def fits(self, key, hyper) -> bool:
-        return _fits(jax.tree.leaves((key, hyper)), self.exported.in_avals)
+    def fits(self, *args) -> bool:
+        return _fits(jax.tree.leaves(args), self.exported.in_avals)
 
     def shapes(self):
-        """The runner state's tree of ShapeDtypeStructs, without running anything."""
+        """The output's tree of ShapeDtypeStructs, without running anything."""
         return jax.tree.unflatten(self.out_tree, [jax.ShapeDtypeStruct(a.shape, a.dtype)
                                                   for a in self.exported.out_avals])
 
-    def __call__(self, key, hyper):
-        return jax.tree.unflatten(self.out_tree, self._jitted(jax.tree.leaves((key, hyper))))
+    def __call__(self, *args):
+        return jax.tree.unflatten(self.out_tree, self._jitted(jax.tree.leaves(args)))
 
 
-def export_fresh(jitted_fresh, key, hyper) -> StoredFresh:
-    """Trace and lower `jitted_fresh` ((key, hyper) -> runner state) for the shapes of `key` and `hyper`."""
-    in_tree = jax.tree.structure((key, hyper))
+def export_function(jitted, *args) -> StoredFunction:
+    """Trace and lower `jitted` for the shapes of `args` (trees of arrays), exported with its inputs and outputs
+    as flat lists of leaves (jax.export stores no Python trees)."""
+    in_tree = jax.tree.structure(args)
     out = {}
 
-    def flat_fresh(leaves):
-        runner = jitted_fresh(*jax.tree.unflatten(in_tree, leaves))
-        leaves, out["tree"] = jax.tree.flatten(runner)
+    def flat(leaves):
+        result = jitted(*jax.tree.unflatten(in_tree, leaves))
+        leaves, out["tree"] = jax.tree.flatten(result)
         return leaves
 
-    exported = jax.export.export(jax.jit(flat_fresh))(
-        [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in jax.tree.leaves((key, hyper))])
-    return StoredFresh(exported, out["tree"])
+    exported = jax.export.export(jax.jit(flat))(
+        [jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x in jax.tree.leaves(args)])
+    return StoredFunction(exported, out["tree"])
 
 
 def export_chunk(jitted_chunk, runner) -> StoredChunk:
@@ -206,23 +219,32 @@ class ProgramStore:
     cache's `exported/`)."""
 
     def __init__(self, directory: str, material: dict):
+        self.directory = directory
         self.material = json.loads(json.dumps(material, default=str))
-        name = hashlib.sha256(json.dumps(self.material, sort_keys=True).encode()).hexdigest()[:32]
-        self.path = os.path.join(directory, f"chunk-{name}.bin")
-        self.fresh_path = os.path.join(directory, f"fresh-{name}.bin")
+        self.name = hashlib.sha256(json.dumps(self.material, sort_keys=True).encode()).hexdigest()[:32]
+        self.path = os.path.join(directory, f"chunk-{self.name}.bin")
+        self.fresh_path = os.path.join(directory, f"fresh-{self.name}.bin")
 
     @classmethod
     def for_run(cls, config, cache_dir: str) -> ProgramStore | None:
         """The store for a run, or None where programs are not stored: several processes (each would export its
         own slice of a multi-host program), or the stored format unavailable (jax.export's serialisation needs
         the `flatbuffers` package)."""
-        if jax.process_count() > 1:
+        return cls(os.path.join(cache_dir, "exported"), key_material(config)) if _can_store() else None
+
+    @classmethod
+    def for_evaluation(cls, cache_dir: str | None, agent: dict, batch: int, max_steps: int,
+                       num_seeds: int) -> ProgramStore | None:
+        """The store of an evaluation program (evaluation.Evaluator): `agent` is what builds its env and network
+        (a run's key_material, or the env's name and the network's metadata of a parameter file: evaluate.py
+        builds both from those alone), then its shape: `batch` parallel episodes of at most `max_steps` steps,
+        `num_seeds` agents. None without a cache, where programs are not stored, or on several devices (the
+        evaluation's inputs may then be sharded; it is traced as before)."""
+        if not cache_dir or not _can_store() or jax.device_count() > 1:
             return None
-        try:
-            import flatbuffers  # noqa: F401 (jax.export.serialize imports it)
-        except ImportError:
-            return None
-        return cls(os.path.join(cache_dir, "exported"), key_material(config))
+        material = {**base_material(), **agent, "program": "evaluation", "batch": int(batch),
+                    "max_steps": int(max_steps), "num_seeds": int(num_seeds)}
+        return cls(os.path.join(cache_dir, "exported"), material)
 
     def _read(self, path: str, live: dict) -> dict | None:
         try:
@@ -282,18 +304,39 @@ class ProgramStore:
             self.save(stored)
         return stored.compile(runner, num_updates)
 
-    def fresh_program(self, jitted_fresh, key, hyper, live: dict) -> StoredFresh | None:
+    def fresh_program(self, jitted_fresh, key, hyper, live: dict) -> StoredFunction | None:
         """The run's fresh-agent program for inputs shaped like `key` and `hyper` (arrays or shapes): read back
         where a stored one fits, else exported and stored now; None where exporting fails (the caller then runs
         `jitted_fresh`). `live`: the objects the state's tree holds that a file cannot (name -> object)."""
-        blob = self._read(self.fresh_path, live)
+        return self.function_program(self.fresh_path, jitted_fresh, (key, hyper), live)
+
+    def evaluation_program(self, jitted_run, params, key, policy) -> StoredFunction | None:
+        """The evaluation program (evaluation.make_evaluator's, (params, key, policy) -> per-episode arrays) for
+        inputs shaped like these, as `fresh_program`."""
+        return self.function_program(os.path.join(self.directory, f"eval-{self.name}.bin"), jitted_run,
+                                     (params, key, policy), {})
+
+    def function_program(self, path: str, jitted, args: tuple, live: dict) -> StoredFunction | None:
+        blob = self._read(path, live)
         if blob is not None:
-            stored = StoredFresh(blob["exported"], blob["out_tree"])
-            if stored.fits(key, hyper):
+            stored = StoredFunction(blob["exported"], blob["out_tree"])
+            if stored.fits(*args):
                 return stored
         try:
-            stored = export_fresh(jitted_fresh, key, hyper)
+            stored = export_function(jitted, *args)
         except Exception:  # noqa: BLE001 (what jax.export cannot hold: run the jitted program as before)
             return None
-        self._write(self.fresh_path, stored.exported, {"out_tree": stored.out_tree}, live)
+        self._write(path, stored.exported, {"out_tree": stored.out_tree}, live)
         return stored
+
+
+def _can_store() -> bool:
+    """Whether programs can be stored here: one process (several would each export their own slice of a
+    multi-host program), and jax.export's serialisation available (it needs the `flatbuffers` package)."""
+    if jax.process_count() > 1:
+        return False
+    try:
+        import flatbuffers  # noqa: F401 (jax.export.serialize imports it)
+    except ImportError:
+        return False
+    return True

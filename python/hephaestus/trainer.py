@@ -60,6 +60,21 @@ class Trainer:
         if self.runner_state is None:
             self.runner_state = self.init_runner_state(self.config.run.seed)
 
+    def evaluator(self, episodes: int, max_steps: int, sampled: bool = False, batch: int = 0):
+        """The evaluation of the run's agents (evaluation.Evaluator on `eval_env`, every --num-seeds agent at
+        once): its program is stored beside the chunk's where the run stores programs, so a warm start does not
+        trace it again either. The loop's periodic evaluations and the final one both come from here."""
+        import os
+
+        from hephaestus.evaluation import Evaluator
+        from hephaestus.stored_programs import key_material
+
+        stored = self.programs is not None
+        return Evaluator(self.eval_env, self.network, episodes, max_steps, sampled, batch=batch,
+                         num_seeds=self.config.run.num_seeds,
+                         cache_dir=os.path.dirname(self.programs.directory) if stored else None,
+                         agent={"run": key_material(self.config)["config"]} if stored else None)
+
     def fresh_state_shapes(self) -> RunnerState:
         """The shapes, dtypes and shardings of the run's fresh runner state, without building it (strongly typed,
         as `init_agents` makes it and a checkpoint restores it)."""
