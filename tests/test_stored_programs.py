@@ -137,10 +137,11 @@ def test_an_evaluation_program_is_stored_and_read_back_with_the_same_episodes(tm
     first evaluation exports it, a later Evaluator of the same agent and shape reads it back without tracing and
     plays the same episodes as the plain jitted program; another batch size is another program."""
     from hephaestus.evaluation import Evaluator
+    from hephaestus.export import network_meta
 
     trainer = make_train(config(num_seeds=2))
     params, key = trainer.runner_state.train_state.params, jax.random.split(jax.random.PRNGKey(4), 2)
-    agent = {"run": stored_programs.key_material(trainer.config)["config"]}
+    agent = {"env": "gymnax:CartPole-v1", "network": network_meta(trainer.env.spec, trainer.config)}
 
     def evaluate(**store):
         evaluator = Evaluator(trainer.eval_env, trainer.network, 6, 30, sampled=True, batch=3, num_seeds=2, **store)

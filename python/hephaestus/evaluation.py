@@ -145,8 +145,8 @@ class Evaluator:
         """`policies` (default: greedy, and sampled if `sampled`) run one after another, each under its prefix
         (PREFIXES), policy i with the key fold_in(key, i).
 
-        `cache_dir` (the compilation cache's) and `agent` (what builds `env` and `network`: a run's
-        stored_programs.key_material, or a parameter file's env name and network metadata): the program is
+        `cache_dir` (the compilation cache's) and `agent` (what builds `env` and `network`: the env's name and the
+        network's metadata): the program is
         exported there on its first call and read back by a later start instead of traced again
         (stored_programs.py; tracing the HackMatrix step under the evaluation's vmap is ~9 s of a 2-core CPU)."""
         import jax

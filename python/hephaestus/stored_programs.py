@@ -19,8 +19,8 @@ optax's functions cannot be pickled: the file names them instead (`persistent_id
 optimizer and network back in their place (the same objects a trace would have put there: a test compares the trees).
 
 The evaluation program is stored the same way (`eval-<key>.bin`, `ProgramStore.for_evaluation`): its key is
-`base_material` plus what builds its agent (a run's config, or a parameter file's env name and network metadata) and
-its shape (parallel episodes, step limit, agents).
+`base_material` plus what builds its agent (the env's name and the network's metadata, a run's as a parameter
+file's) and its shape (parallel episodes, step limit, agents).
 
 A stored file that cannot be read or written is a miss and nothing else: this is a cache.
 """
@@ -236,10 +236,10 @@ class ProgramStore:
     def for_evaluation(cls, cache_dir: str | None, agent: dict, batch: int, max_steps: int,
                        num_seeds: int) -> ProgramStore | None:
         """The store of an evaluation program (evaluation.Evaluator): `agent` is what builds its env and network
-        (a run's key_material, or the env's name and the network's metadata of a parameter file: evaluate.py
-        builds both from those alone), then its shape: `batch` parallel episodes of at most `max_steps` steps,
-        `num_seeds` agents. None without a cache, where programs are not stored, or on several devices (the
-        evaluation's inputs may then be sharded; it is traced as before)."""
+        (the env's name and the network's metadata: evaluations build both from those alone), then its shape:
+        `batch` parallel episodes of at most `max_steps` steps, `num_seeds` agents. None without a cache, where
+        programs are not stored, or on several devices (the evaluation's inputs may then be sharded; it is traced
+        as before)."""
         if not cache_dir or not _can_store() or jax.device_count() > 1:
             return None
         material = {**base_material(), **agent, "program": "evaluation", "batch": int(batch),

@@ -63,17 +63,20 @@ class Trainer:
     def evaluator(self, episodes: int, max_steps: int, sampled: bool = False, batch: int = 0):
         """The evaluation of the run's agents (evaluation.Evaluator on `eval_env`, every --num-seeds agent at
         once): its program is stored beside the chunk's where the run stores programs, so a warm start does not
-        trace it again either. The loop's periodic evaluations and the final one both come from here."""
+        trace it again either. The loop's periodic evaluations and the final one both come from here. The stored
+        program's key names the agent as evaluate.py does (the env's name: evaluations play its defaults; the
+        network's metadata, from which `self.network` is built), so evaluate.py on this run's agent reads it too."""
         import os
 
         from hephaestus.evaluation import Evaluator
-        from hephaestus.stored_programs import key_material
+        from hephaestus.export import network_meta
 
         stored = self.programs is not None
         return Evaluator(self.eval_env, self.network, episodes, max_steps, sampled, batch=batch,
                          num_seeds=self.config.run.num_seeds,
                          cache_dir=os.path.dirname(self.programs.directory) if stored else None,
-                         agent={"run": key_material(self.config)["config"]} if stored else None)
+                         agent={"env": self.eval_env.spec.name, "network": network_meta(self.env.spec, self.config)}
+                         if stored else None)
 
     def fresh_state_shapes(self) -> RunnerState:
         """The shapes, dtypes and shardings of the run's fresh runner state, without building it (strongly typed,
