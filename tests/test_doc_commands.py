@@ -16,7 +16,9 @@ Rewritten so that they are fast (the command is otherwise run as written):
                                  TINY_TRAIN is appended (argparse keeps the last value), so any --num-envs or
                                  --total-timesteps in the docs is overridden; a --resume gets a budget one
                                  update larger, so it trains; the final evaluation runs 2 episodes of at
-                                 most 20 steps (as evaluate.py below: the same compiled program).
+                                 most 20 steps (as evaluate.py below: the same compiled program). A sweep
+                                 also gets `--seeds 1` (TINY_SWEEP: its points still share one program;
+                                 tests/test_sweep.py checks several seeds).
   * watch_agent.py               one short episode (`--episodes 1 --max-steps 20`).
   * evaluate.py                  two episodes of at most 20 steps (`--episodes 2 --batch-size 2 --max-steps 20`).
   * scripts/experiments/*.py     run with `--quick` (their documented quick mode) if `--help` offers it, else
@@ -47,6 +49,7 @@ TINY_TRAIN = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64",
               "--save-interval", "1", "--no-wandb",
               # the end-of-run evaluation at the same tiny size as TINY_EVALUATE: one compiled program for both
               "--final-eval-episodes", "2", "--eval-episodes", "2", "--eval-max-steps", "20"]
+TINY_SWEEP = ["--seeds", "1"]  # a sweep's points still share one program; a one-agent sweep is the tiny run's program
 RESUME_TIMESTEPS = "96"  # one update more than TINY_TRAIN's 2 updates of 2 x 16 steps (16: --dtc-seq-len divides it)
 TINY_WATCH = ["--episodes", "1", "--max-steps", "20"]
 TINY_EVALUATE = ["--episodes", "2", "--batch-size", "2", "--max-steps", "20"]  # last flag wins
@@ -127,6 +130,8 @@ def rewrite(command: str, cwd: Path, run_name: str):
             argv[i] = str(_earliest_step(cwd / m.group(1)).relative_to(cwd))
     if script.endswith("train_purejaxrl.py") or (script != "scripts/bench.py" and "--total-timesteps" in _help(argv[0])):
         argv += TINY_TRAIN  # the trainer, and scripts built on its flags (scripts/sweep.py)
+        if script.endswith("sweep.py"):
+            argv += TINY_SWEEP
         if "--resume" in argv:
             argv += ["--total-timesteps", RESUME_TIMESTEPS]
     elif script.endswith("watch_agent.py"):

@@ -162,3 +162,16 @@ def test_an_evaluation_program_is_stored_and_read_back_with_the_same_episodes(tm
     Evaluator(trainer.eval_env, trainer.network, 6, 30, batch=2, num_seeds=2, cache_dir=str(tmp_path),
               agent=agent)(params, key)  # batch 2: another program, exported and stored beside the first
     assert exports == [1] and len(os.listdir(tmp_path / "exported")) == 2
+
+
+def test_a_restored_state_lowers_to_the_fresh_shapes_program(tmp_path):
+    """A resumed run's chunk is the program a fresh start compiles (one compilation-cache entry): on one device
+    its arrays (which carry a one-device sharding) lower exactly as the fresh state's sharding-less shapes do."""
+    trainer = make_train(config(), store_programs_in=str(tmp_path))
+    runner = trainer.runner_state
+    trainer.chunk_executable(runner, trainer.config.run.log_interval)
+    stored = trainer.programs.load()
+    assert all(leaf.sharding is not None for leaf in jax.tree.leaves(runner))
+    texts = [stored._jitted.lower(stored_programs._leaf_specs(x), np.int32(3)).as_text()
+             for x in (trainer.fresh_state_shapes(), runner)]
+    assert texts[0] == texts[1]

@@ -105,9 +105,18 @@ def _fits(leaves, avals) -> bool:
 
 
 def _leaf_specs(runner) -> list:
-    """The runner's leaves as ShapeDtypeStructs, with their shardings where they have them."""
-    return [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None))
-            for x in jax.tree.leaves(runner)]
+    """The runner's leaves as ShapeDtypeStructs, with their shardings where they span several devices. A
+    one-device sharding is left out: the fresh state's shapes (Trainer.fresh_state_shapes) have none on one
+    device, and a leaf lowered with one is another program (an `sdy.sharding` annotation instead of the buffer's
+    aliasing), so a resumed run, whose restored arrays carry theirs, compiled its chunk again instead of reading
+    the compilation cache's entry."""
+    def spec(x):
+        sharding = getattr(x, "sharding", None)
+        return jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                    sharding=sharding if sharding is not None and len(sharding.device_set) > 1
+                                    else None)
+
+    return [spec(x) for x in jax.tree.leaves(runner)]
 
 
 class StoredChunk:
