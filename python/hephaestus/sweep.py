@@ -201,7 +201,15 @@ def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog
     # written to <out>/<group>/eval.json; its eval/ keys are the table's headline.
     evaluated = final_evaluation(trainer, result.runner_state, directory, message, agent_seeds) or {}
     evaluated_keys = [k for k in evaluated.get("per_seed", evaluated) if k.startswith(EVAL_PREFIXES)]
-    per_seed = lambda r, key: r["per_seed"][key] if agents > 1 else [r[key]]  # noqa: E731
+
+    def per_seed(record, key):
+        """`key`'s value for every agent of `record`; NaN where the record has none (an `episode/` statistic in a
+        chunk in which no episode ended yet: long episodes, few envs)."""
+        values = record.get("per_seed", {}) if agents > 1 else record
+        if key not in values:
+            return [math.nan] * agents
+        return values[key] if agents > 1 else [values[key]]
+
     out = []
     for p, point in enumerate(group.points):
         rows = slice(p * seeds, (p + 1) * seeds)
