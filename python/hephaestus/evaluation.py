@@ -146,9 +146,9 @@ class Evaluator:
         (PREFIXES), policy i with the key fold_in(key, i).
 
         `cache_dir` (the compilation cache's) and `agent` (what builds `env` and `network`: the env's name and the
-        network's metadata): the program is
-        exported there on its first call and read back by a later start instead of traced again
-        (stored_programs.py; tracing the HackMatrix step under the evaluation's vmap is ~9 s of a 2-core CPU)."""
+        network's metadata): the program is exported there on its first call and read back by a later start
+        instead of traced again (stored_programs.py; tracing the HackMatrix step under the evaluation's vmap is
+        ~9 s of a 2-core CPU)."""
         import jax
 
         from hephaestus.stored_programs import ProgramStore

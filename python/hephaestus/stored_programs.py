@@ -326,6 +326,8 @@ class ProgramStore:
                                      (params, key, policy), {})
 
     def function_program(self, path: str, jitted, args: tuple, live: dict) -> StoredFunction | None:
+        """`jitted` for `args`' shapes through the export stored at `path`: read back where it fits, else exported
+        and stored now; None where exporting fails."""
         blob = self._read(path, live)
         if blob is not None:
             stored = StoredFunction(blob["exported"], blob["out_tree"])

@@ -28,9 +28,9 @@ def _curriculum(params: EnvParams):
 
 def _level(need, is_new_game, obs_state, sd_stage, sd_reset, share, max_stage, program_prob):
     """(obs, state) of the level a lane needs: a new game (``reset_env``'s, for seed ``sd_reset``, with the
-    curriculum's ``share``, ``max_stage`` and ``program_prob``) where ``is_new_game``, else the next stage of the lane's state
-    (step.play). One function for both, so level generation is compiled once per step, not once for the stage
-    advance and once for the auto-reset."""
+    curriculum's ``share``, ``max_stage`` and ``program_prob``) where ``is_new_game``, else the next stage of the
+    lane's state (step.play). One function for both, so level generation is compiled once per step, not once for
+    the stage advance and once for the auto-reset."""
     new_start = curriculum_start(new_game_start(sd_reset), sd_reset, share, max_stage, program_prob)
     start = select(is_new_game, new_start, obs_state[1])
     seed = jnp.where(is_new_game, new_game_stage_seed(sd_reset), sd_stage)

@@ -276,8 +276,7 @@ def curriculum_start(start: EnvState, sd, share, max_stage, program_prob) -> Env
     (``new_game_start``'s, before its first stage is generated) is moved to a stage uniform in 2..``max_stage``,
     as a player who cleared the stages before it: the scheduled-task interval of that stage (13 - stage, R68) and
     the resources of CURRICULUM_RESOURCES_PER_STAGE, each program with probability ``program_prob`` per skipped
-    stage. Stage generation (R28-R35) then builds that stage, its ``stage`` starting
-    transmissions included. With ``share`` 0 the start is returned unchanged: the draws below use counters that
+    stage. Stage generation (R28-R35) then builds that stage, its ``stage`` starting transmissions included. With ``share`` 0 the start is returned unchanged: the draws below use counters that
     ``new_game_start`` does not, so the game of every seed is the same as without a curriculum."""
     share = jnp.asarray(share, jnp.float32)
     max_stage = jnp.clip(jnp.asarray(max_stage, i32), 2, 8)
