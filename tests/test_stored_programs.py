@@ -175,3 +175,26 @@ def test_a_restored_state_lowers_to_the_fresh_shapes_program(tmp_path):
     texts = [stored._jitted.lower(stored_programs._leaf_specs(x), np.int32(3)).as_text()
              for x in (trainer.fresh_state_shapes(), runner)]
     assert texts[0] == texts[1]
+
+
+def test_committed_and_host_inputs_run_one_compiled_evaluation(tmp_path):
+    """A training run evaluates parameters that came out of its chunk (committed to their device); evaluate.py
+    evaluates a file's numpy arrays. Lowered as they are, the two make different programs (the committed inputs'
+    one-device sharding is written into it) and evaluate.py after a training run missed the run's compilation-cache
+    entry; the stored program compiles both for the same sharding-less shapes: one executable, the same episodes."""
+    from hephaestus.evaluation import Evaluator
+    from hephaestus.export import network_meta
+
+    trainer = make_train(config())
+    params = trainer.runner_state.train_state.params
+    committed = jax.device_put(params, jax.devices()[0])
+    host = jax.tree.map(np.asarray, params)
+    assert all(leaf.committed for leaf in jax.tree.leaves(committed))
+    evaluator = Evaluator(trainer.eval_env, trainer.network, 4, 30, cache_dir=str(tmp_path),
+                          agent={"env": "gymnax:CartPole-v1", "network": network_meta(trainer.env.spec, trainer.config)})
+    key = jax.random.PRNGKey(2)
+    first = evaluator(committed, key)[0]
+    assert first == evaluator(host, key)[0]
+    program, policy = evaluator.program, np.int32(0)
+    assert isinstance(program, stored_programs.StoredFunction) and len(program._compiled) == 1
+    assert program.lower(committed, key, policy).as_text() == program.lower(host, key, policy).as_text()

@@ -154,6 +154,7 @@ class StoredFunction:
         self.exported = exported
         self.out_tree = out_tree
         self._jitted = jax.jit(lambda leaves: exported.call(leaves))
+        self._compiled = {}
 
     def fits(self, *args) -> bool:
         return _fits(jax.tree.leaves(args), self.exported.in_avals)
@@ -164,7 +165,19 @@ class StoredFunction:
                                                   for a in self.exported.out_avals])
 
     def __call__(self, *args):
-        return jax.tree.unflatten(self.out_tree, self._jitted(jax.tree.leaves(args)))
+        """Compiled ahead for the leaves' shapes without their one-device shardings (`_leaf_specs`): inputs that
+        came out of an earlier program are committed to their device, and lowered as they are they make another
+        program (one the compilation cache does not share with a process whose inputs are not, e.g. evaluate.py
+        after a training run's final evaluation)."""
+        leaves = jax.tree.leaves(args)
+        signature = tuple((spec.shape, spec.dtype, spec.sharding) for spec in _leaf_specs(leaves))
+        if signature not in self._compiled:
+            self._compiled[signature] = self.lower(*args).compile()
+        return jax.tree.unflatten(self.out_tree, self._compiled[signature](leaves))
+
+    def lower(self, *args):
+        """The program `__call__` compiles for `args`."""
+        return self._jitted.lower(_leaf_specs(jax.tree.leaves(args)))
 
 
 def export_function(jitted, *args) -> StoredFunction:
