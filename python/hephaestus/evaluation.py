@@ -147,8 +147,8 @@ class Evaluator:
 
         `cache_dir` (the compilation cache's) and `agent` (what builds `env` and `network`: the env's name and the
         network's metadata): the program is exported there on its first call and read back by a later start
-        instead of traced again (stored_programs.py; tracing the HackMatrix step under the evaluation's vmap is
-        ~9 s of a 2-core CPU)."""
+        instead of traced again (stored_programs.py; a warm evaluate.py of a HackMatrix agent on a 2-core CPU went
+        from ~8.1 s to ~5.5 s, specs/speed.md)."""
         import jax
 
         from hephaestus.stored_programs import ProgramStore
