@@ -355,7 +355,8 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
         if "stages.rollout." in fresh_prefixes:
             old_envs = ckpt.config.get("num_envs")
             why = (f"--num-envs changed ({old_envs} -> {trainer.config.env.num_envs})" if old_envs != trainer.config.env.num_envs
-                   else "the rollout state differs (a checkpoint from before per-episode statistics, or another env)")
+                   else "the rollout state differs (a checkpoint written by an older layout of the env state or "
+                        "its episode statistics)")
             msg = f"resume: {why}: weights kept, environments re-created, "
             if keep_optimizer:
                 msg += "optimizer state kept (--keep-optimizer)"

@@ -328,6 +328,7 @@ def test_curriculum_starts_a_share_of_games_on_later_stages_and_share_zero_is_th
     stage = np.asarray(half.stage)
     late = stage > 1
     assert 0.4 < late.mean() < 0.6 and set(stage[late].tolist()) == {2, 3, 4}
+    np.testing.assert_array_equal(half.start_stage, stage)   # R110 then charges only the stages cleared after it
     np.testing.assert_array_equal(half.sched_interval, 13 - stage)                     # R68
     np.testing.assert_array_equal(half.next_sched_turn, 13 - stage)                    # R28
     np.testing.assert_array_equal(np.asarray(half.ent_active).sum(-1), stage)          # R35: `stage` transmissions

@@ -303,6 +303,20 @@ def test_R110_R113_R116_R122_death_penalties():
     check_sum(r, info)
 
 
+def test_R110_a_curriculum_start_is_not_charged_for_the_stages_it_skipped():
+    """A game begun on a later stage (the training curriculum; start_stage > 1) pays R110 only for the stages
+    cleared in it: on stage 3, begun on 2, half of T[1] = 2; begun on 3, nothing. Begun on 1: R110 (-1.5)."""
+    s = make_state(player=(0, 0), exit=(5, 5), stage=3, hp=1, enemies=[{"type": "daemon", "pos": (1, 1)}])
+    assert int(s.start_stage) == 1
+    deaths = {}
+    for start_stage in (1, 2, 3):
+        _, s2, r, term, info = step(s.replace(start_stage=np.int32(start_stage)), RIGHT)
+        assert bool(term) and int(s2.hp) == 0
+        deaths[start_stage] = terms(info)["death"]
+        check_sum(r, info)
+    assert deaths == {1: -1.5, 2: -1.0, 3: 0.0}
+
+
 def test_R116_no_siphon_death_penalty_without_siphon_enemy():
     s = make_state(player=(0, 0), exit=(5, 5), stage=1, hp=1,
                    enemies=[{"type": "daemon", "pos": (1, 1)}])

@@ -235,7 +235,7 @@ def blank_state() -> EnvState:
     N = MAX_ENTITIES
     return EnvState(
         time=z(), player_pos=z(), hp=i32(3), credits=z(), energy=z(), siphons=z(), score=z(),
-        attack=i32(1), owned=jnp.zeros(NUM_PROGRAMS, bool), stage=i32(1), turn=z(),
+        attack=i32(1), owned=jnp.zeros(NUM_PROGRAMS, bool), stage=i32(1), start_stage=i32(1), turn=z(),
         sched_interval=i32(12), next_sched_turn=i32(12), pending_siphon=z(), atk_plus_uses=z(),
         history=empty_history(), history_len=z(), history_top=z(),
         show_activated=jnp.bool_(False), sched_disabled=jnp.bool_(False),
@@ -286,6 +286,7 @@ def curriculum_start(start: EnvState, sd, share, max_stage, program_prob) -> Env
     most = CURRICULUM_RESOURCES_PER_STAGE * skipped + 1
     late_start = start.replace(
         stage=stage.astype(i32),
+        start_stage=stage.astype(i32),
         sched_interval=(13 - stage).astype(i32),
         credits=start.credits + rng.randint(sd, 18, most),
         energy=start.energy + rng.randint(sd, 19, most),

@@ -18,6 +18,8 @@ class EnvState:
     owned: jnp.ndarray           # bool[23]
     # --- globals (R27) ---
     stage: jnp.ndarray
+    start_stage: jnp.ndarray     # int32 stage this game began on: 1 by the rules; later for a curriculum start,
+                                 # whose R110 death penalty then counts only the stages cleared in this game
     turn: jnp.ndarray
     sched_interval: jnp.ndarray
     next_sched_turn: jnp.ndarray

@@ -141,6 +141,14 @@ def generate_stage_where(need, state, sd):
 
 
 # ----------------------------------------------------------------------------- step
+def earned_stage_rewards(state):
+    """R110's sum: the stage rewards T[0 .. stage-2] of the stages cleared before the current one, less those of
+    the stages a curriculum start skipped (``start_stage`` > 1; not a rule: that player never earned them, and a
+    death on a late start should not cost them). ``start_stage`` is 1 in the rules' game, where this is R110's sum."""
+    sums = jnp.asarray(DEATH_PENALTY_SUMS)
+    return sums[jnp.clip(state.stage - 1, 0, 7)] - sums[jnp.clip(state.start_stage - 1, 0, 7)]
+
+
 def step(state, action, key, params):
     """Returns (state, reward, terminated, info) for one agent action (R39)."""
     state, next_stage, sd_stage, reward, terminated, info = play(state, action, key, params)
@@ -201,7 +209,7 @@ def play(state, action, key, params):
         "dataSiphon": jnp.where(pickup, params.pickup_reward, 0.0),
         "distance": params.distance_coef * jnp.maximum(delta, 0),
         "victory": jnp.where(victory, params.victory_bonus + params.victory_score_coef * st.score, 0.0),
-        "death": jnp.where(dead, -params.death_coef * jnp.asarray(DEATH_PENALTY_SUMS)[jnp.clip(st.stage - 1, 0, 7)], 0.0),
+        "death": jnp.where(dead, -params.death_coef * earned_stage_rewards(st), 0.0),
         "resourceGain": params.resource_gain_coef * ((st.credits - state.credits) + (st.energy - state.energy)),
         "resourceHolding": jnp.where(reached, params.resource_holding_coef * (st.credits + st.energy), 0.0),
         "damagePenalty": -params.damage_coef * jnp.maximum(hp0 - hp1, 0),
