@@ -219,7 +219,9 @@ def test_evaluate_script_end_to_end_and_bad_input(finished_run, tmp_path, capsys
     assert main(["--random", "--env", "gymnax:CartPole-v1", "--episodes", "3", "--max-steps", "10"]) == 0
     assert "random policy" in capsys.readouterr().out
     for argv in ([str(tmp_path / "missing")], [str(finished_run), "--episodes", "0"], ["--random"],
-                 [str(finished_run), "--json", str(tmp_path / "no" / "e.json")]):
+                 [str(finished_run), "--json", str(tmp_path / "no" / "e.json")],
+                 ["--scripted", "exit-rush"], ["--scripted", "exit-rush", "--env", "gymnax:CartPole-v1"],
+                 [str(finished_run), "--scripted", "exit-rush", "--env", "hackmatrix"]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("evaluate.py: error:") and err.count("\n") == 1, err

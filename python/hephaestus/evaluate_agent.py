@@ -2,6 +2,7 @@
 
     python scripts/evaluate.py checkpoints/hackmatrix_s0 --episodes 1000 [--sampled] [--json out.json]
     python scripts/evaluate.py --random --env hackmatrix --episodes 1000
+    python scripts/evaluate.py --scripted exit-rush --env hackmatrix --episodes 1000
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ def build_parser():
     p.add_argument("--sampled", action="store_true", help="also run sampled-policy episodes (eval_sampled/)")
     p.add_argument("--random", action="store_true", help="the masked-uniform random policy instead of an agent "
                    "(a baseline; needs --env or a path naming the env)")
-    p.add_argument("--env", help="environment for --random, or for a file that names none")
+    p.add_argument("--scripted", metavar="NAME", help="one of the env's scripted baselines instead of an agent "
+                   "(HackMatrix: exit-rush, exit-rush-siphon; needs --env)")
+    p.add_argument("--env", help="environment for --random or --scripted, or for a file that names none")
     p.add_argument("--seed-index", type=int, default=None, help="which agent of a --num-seeds file (default: 0)")
     p.add_argument("--json", metavar="FILE", help="also write the metrics and per-episode results to FILE")
     return p
@@ -56,7 +59,17 @@ def main(argv=None) -> int:
         from hephaestus.compilation_cache import enable_compilation_cache
 
         cache_dir = enable_compilation_cache()
-        if args.random and not args.path:
+        if args.scripted is not None:
+            if args.random or args.path:
+                raise EvalError("--scripted plays without an agent: give --env, not a path or --random")
+            if not args.env:
+                raise EvalError("--scripted needs --env")
+            env, network, params, meta = load_env(args.env), None, None, {}
+            if args.scripted not in env.scripted_policies:
+                raise EvalError(f"{env.spec.name} has no scripted policy {args.scripted!r}; it has "
+                                f"{', '.join(sorted(env.scripted_policies)) or 'none'}")
+            source = f"scripted policy {args.scripted}"
+        elif args.random and not args.path:
             if not args.env:
                 raise EvalError("--random needs --env (or a parameter file naming the env)")
             env, network, params, meta, source = load_env(args.env), None, None, {}, "random policy"
@@ -68,7 +81,9 @@ def main(argv=None) -> int:
             index = args.seed_index or 0
             label = agent_label(meta, index)  # a sweep agent: its point and seed
             source = f"{path} (seed index {index}: {label})" if label else path
-        if args.random:
+        if args.scripted is not None:
+            policies = [args.scripted]
+        elif args.random:
             policies = ["random"]
         else:
             policies = ["greedy"] + (["sampled"] if args.sampled else [])
@@ -78,8 +93,8 @@ def main(argv=None) -> int:
         # The env and network come from the env's name and the file's network metadata alone: with those as the
         # key, a second evaluation of such an agent reads its stored program instead of tracing it again.
         evaluator = Evaluator(env, network, args.episodes, args.max_steps, batch=args.batch_size,
-                              policies=tuple(policies), cache_dir=cache_dir,
-                              agent={"env": env.spec.name, "network": meta.get("network")})
+                              policies=None if args.scripted else tuple(policies), cache_dir=cache_dir,
+                              agent={"env": env.spec.name, "network": meta.get("network")}, scripted=args.scripted)
         t0 = time.perf_counter()
         metrics, raw = evaluator(params, jax.random.PRNGKey(args.seed))
         print(f"{' and '.join(policies)}: {time.perf_counter() - t0:.1f}s (compile included)")

@@ -8,7 +8,9 @@ Python state, so the function can later be vmapped over seeds' parameters and ke
 
 Policies: `greedy` (argmax over the valid actions, or the Gaussian mean), `sampled` (the training policy),
 `random` (masked-uniform over the valid actions, or uniform in the action bounds; `params` unused), all through
-`networks.act`. The policy is an argument of the one compiled program, not a program of its own.
+`networks.act`. The policy is an argument of the one compiled program, not a program of its own. `scripted`: one
+of the env's scripted baselines (`AdaptedEnv.scripted_policies`, which read the env's state), in a program of its
+own without a network (`evaluate.py --scripted NAME`).
 
 `summarise(out, stats, prefix)` reduces the arrays on the host to `<prefix>return_mean/_std/_min/_max`,
 `<prefix>length_mean`, `<prefix>episodes`, `<prefix>capped_rate` (episodes cut by `max_steps`; their return,
@@ -28,24 +30,28 @@ import time
 
 import numpy as np
 
-POLICIES = ("greedy", "sampled", "random")
-PREFIXES = {"greedy": "eval/", "sampled": "eval_sampled/", "random": "eval/"}  # metric prefix of each policy
+POLICIES = ("greedy", "sampled", "random")  # the branches of one program, in its `policy` argument's order
+SCRIPTED = "scripted"  # an env's scripted baseline: a program of its own (make_evaluator's `scripted`)
+PREFIXES = {"greedy": "eval/", "sampled": "eval_sampled/", "random": "eval/", SCRIPTED: "eval/"}  # metric prefix
 EVAL_JSON = "eval.json"
 
 
 def policy_index(policy: str):
-    """The `policy` argument of `make_evaluator`'s program for a policy's name."""
+    """The `policy` argument of `make_evaluator`'s program for a policy's name (unused by a scripted program)."""
+    if policy == SCRIPTED:
+        return np.int32(0)
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     return np.int32(POLICIES.index(policy))
 
 
-def make_evaluator(env, network, episodes: int, max_steps: int):
+def make_evaluator(env, network, episodes: int, max_steps: int, scripted=None):
     """The jitted `(params, key, policy) -> {"return", "length", "finished", "stats": {name: ...}}`, arrays of
     [episodes]. `policy` (`policy_index(name)`) is data, not part of the program: one compile serves an agent's
     greedy, sampled and random episodes (a HackMatrix evaluation program takes seconds to trace and a minute to
     compile cold), and a `lax.switch` runs only the chosen policy's branch. Without a `network` (None) every
-    policy is the random one."""
+    policy is the random one, or the `scripted` one (a function `(env_state, action_mask, key) -> action`, one of
+    `env.scripted_policies`) where that is given."""
     import jax
     import jax.numpy as jnp
 
@@ -58,10 +64,15 @@ def make_evaluator(env, network, episodes: int, max_steps: int):
     stats = spec.episode_stats
     v_reset, v_step = jax.vmap(env.reset), jax.vmap(env.step)
 
-    def choose(params, obs, mask, key, policy):
+    if scripted is not None and network is not None:
+        raise ValueError("a scripted policy plays without a network")
+
+    def choose(params, env_state, obs, mask, key, policy):
         def random(_):
             return nets.random_action(key, mask, spec.discrete, spec.action_low, spec.action_high)
 
+        if scripted is not None:
+            return jax.vmap(scripted)(env_state, mask, jax.random.split(key, mask.shape[0]))
         if network is None:
             return random(None)
         greedy = lambda _: nets.act(network, params, obs, mask, key, greedy=True)[0]  # noqa: E731
@@ -81,7 +92,7 @@ def make_evaluator(env, network, episodes: int, max_steps: int):
 
         def body(c):
             key, key_act, key_env = jax.random.split(c["key"], 3)
-            action = choose(params, c["obs"], c["mask"], key_act, policy)
+            action = choose(params, c["env_state"], c["obs"], c["mask"], key_act, policy)
             env_state, step = v_step(jax.random.split(key_env, episodes), c["env_state"], action)
             active = c["active"]
             done = jnp.logical_or(step.terminated, step.truncated)
@@ -141,9 +152,10 @@ class Evaluator:
 
     def __init__(self, env, network, episodes: int, max_steps: int, sampled: bool = False, batch: int = 0,
                  num_seeds: int = 1, policies: tuple[str, ...] | None = None, cache_dir: str | None = None,
-                 agent: dict | None = None):
+                 agent: dict | None = None, scripted: str | None = None):
         """`policies` (default: greedy, and sampled if `sampled`) run one after another, each under its prefix
-        (PREFIXES), policy i with the key fold_in(key, i).
+        (PREFIXES), policy i with the key fold_in(key, i). `scripted`: the name of one of the env's scripted
+        baselines (`env.scripted_policies`), played instead, without a network, under the policy name "scripted".
 
         `cache_dir` (the compilation cache's) and `agent` (what builds `env` and `network`: the env's name and the
         network's metadata): the program is exported there on its first call and read back by a later start
@@ -156,11 +168,19 @@ class Evaluator:
         self.stats = env.spec.episode_stats
         self.episodes, self.batch, self.num_seeds = episodes, min(batch or episodes, episodes), num_seeds
         self.policies = tuple(policies or ("greedy",) + (("sampled",) if sampled else ()))
+        scripted_fn = None
+        if scripted is not None:
+            known = env.scripted_policies
+            if scripted not in known:
+                raise ValueError(f"{env.spec.name} has no scripted policy {scripted!r}; it has "
+                                 f"{', '.join(sorted(known)) or 'none'}")
+            scripted_fn, self.policies = known[scripted], (SCRIPTED,)
+            agent = None if agent is None else {**agent, "scripted": scripted}
         if len({PREFIXES[p] for p in self.policies}) != len(self.policies):
             raise ValueError(f"policies {self.policies} would share a metric prefix (greedy and random both log eval/)")
-        if network is None and set(self.policies) != {"random"}:
+        if network is None and scripted is None and set(self.policies) != {"random"}:
             raise ValueError(f"policies {self.policies} need a network; without one only the random policy plays")
-        self.program = make_evaluator(env, network, self.batch, max_steps)  # one program for every policy
+        self.program = make_evaluator(env, network, self.batch, max_steps, scripted_fn)  # one for every policy
         if num_seeds > 1:
             self.program = jax.jit(jax.vmap(self.program, in_axes=(0, 0, None)))
         self.store = (ProgramStore.for_evaluation(cache_dir, agent, self.batch, max_steps, num_seeds)

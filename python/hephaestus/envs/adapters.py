@@ -96,6 +96,10 @@ class AdaptedEnv:
     # Optional: called once per run on the freshly reset, batched env states with a key drawn from the run's
     # key; sets what every env of one run shares and keeps (DeepSea: the action map). None: nothing shared.
     init_instance: Callable[[jax.Array, Any], Any] | None = None
+    # Optional scripted baselines by name, `(state, action_mask, key) -> action` on one env's state (this adapter's
+    # state): from the env's `scripted_policies` attribute (HackMatrix: envs/hackmatrix/scripted.py). The
+    # evaluation program plays them with `evaluate.py --scripted NAME`.
+    scripted_policies: dict = dataclasses.field(default_factory=dict)
 
 
 def split_observation(obs: Any) -> tuple[jax.Array, jax.Array | None]:
@@ -264,7 +268,8 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
         step = _with_auto_reset(reset, step_no_reset)
 
     return AdaptedEnv(spec=spec, reset=reset, step=step, step_no_reset=step_no_reset, raw_env=env, raw_params=params,
-                      presentation=presentation_of(env, spec, gymnax_frames(env, params)))
+                      presentation=presentation_of(env, spec, gymnax_frames(env, params)),
+                      scripted_policies=dict(getattr(env, "scripted_policies", None) or {}))  # state: the env's own
 
 
 def adapt_jumanji(env, name: str) -> AdaptedEnv:

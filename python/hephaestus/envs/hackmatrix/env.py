@@ -102,6 +102,13 @@ class HackMatrix(spaces.Environment):
     episode_stats = EPISODE_STATS
 
     @property
+    def scripted_policies(self):
+        """Scripted baselines by name, ``(state, mask, key) -> action`` (scripted.py; evaluate.py --scripted)."""
+        from .scripted import POLICIES
+
+        return POLICIES
+
+    @property
     def presentation(self):
         """How tools show HackMatrix (envs/presentation.py): names, outcome, status line, text board, frames."""
         from .presentation import PRESENTATION
