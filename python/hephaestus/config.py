@@ -78,7 +78,7 @@ PPO_GRAD_CLIP, DREAMER_GRAD_CLIP = 0.5, 100.0
 # PPO hyperparameters that are data, not compile-time constants: they live in `RunnerState.hyper` (float32, per
 # agent with --num-seeds), so runs and sweep points that differ only in them share one compiled program.
 DATA_HYPERPARAMETERS = ("lr", "gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "ent_coef_final",
-                        "max_grad_norm")
+                        "max_grad_norm", "teacher_coef", "teacher_fraction")
 
 # --agent NAME -> (extra stages, values of auto options). ppo: none. dtc: world-model ensemble + dual-timescale
 # intrinsic reward. disagreement: the same with competence off (plain ensemble disagreement). rnd: Random Network
@@ -165,6 +165,14 @@ class PPOConfig:
     """normalise advantages per minibatch"""
     clip_value_loss: bool = True
     """clip the value loss like the policy ratio"""
+    teacher: str = field(default="", metadata={"default_text": "none"})
+    """a scripted policy of the env to learn from first (kickstarting; HackMatrix: exit-rush, exit-rush-siphon):
+    the loss adds --teacher-coef x the cross-entropy from the teacher's action, on the rollout's own states, to
+    PPO's; its weight falls linearly to 0 over the first --teacher-fraction of the updates"""
+    teacher_coef: float = 1.0
+    """weight of the teacher's cross-entropy at the first update (data: sweep points share one program)"""
+    teacher_fraction: float = 0.5
+    """share of the run over which the teacher's weight falls to 0 (1: it reaches 0 at the last update)"""
     scale_rewards: bool = False
     """divide rewards by a running std of each env's discounted return before GAE (for envs with large or
     drifting reward scales, e.g. gymnax Pendulum; the value function then learns scaled returns; normalization.py)"""
@@ -726,6 +734,12 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"--lr must be positive, got {ppo.lr}")
     if ppo.clip_eps <= 0:
         raise ConfigError(f"--clip-eps must be positive, got {ppo.clip_eps}")
+    if ppo.teacher_coef < 0:
+        raise ConfigError(f"--teacher-coef must be >= 0, got {ppo.teacher_coef}")
+    if not 0.0 < ppo.teacher_fraction <= 1.0:
+        raise ConfigError(f"--teacher-fraction must be in (0, 1], got {ppo.teacher_fraction}")
+    if ppo.teacher and learns_by_dreaming(config):
+        raise ConfigError(f"--teacher {ppo.teacher} needs the PPO update; --agent {config.agent} replaces it")
     if net.dtype not in ("float32", "bfloat16"):
         raise ConfigError(f"--dtype must be float32 or bfloat16, got {net.dtype!r}")
     if net.activation not in ("tanh", "relu"):

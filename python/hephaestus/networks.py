@@ -353,11 +353,13 @@ def random_action(key, mask, discrete: bool, action_low=(), action_high=()):
     return jax.random.uniform(key, mask.shape[:-1] + low.shape, minval=low, maxval=high)
 
 
-def evaluate(network: ActorCritic, params, obs, mask, action):
-    """(log_prob, entropy, value) of stored actions under `params` (the PPO loss)."""
+def evaluate(network: ActorCritic, params, obs, mask, action, teacher_action=None):
+    """(log_prob, entropy, value) of stored actions under `params` (the PPO loss); with `teacher_action` (discrete),
+    (log_prob, entropy, value, the teacher's actions' log_prob) from the same forward pass."""
     out, value = network.apply(params, obs)
     if network.discrete:
-        return categorical_log_prob(out, mask, action), categorical_entropy(out, mask), value
+        scored = categorical_log_prob(out, mask, action), categorical_entropy(out, mask), value
+        return scored if teacher_action is None else scored + (categorical_log_prob(out, mask, teacher_action),)
     log_std = params["params"]["log_std"]
     return gaussian_log_prob(out, log_std, action), gaussian_entropy(out, log_std), value
 

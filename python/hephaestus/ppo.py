@@ -22,7 +22,7 @@ from flax import struct
 
 from hephaestus import episode_stats, rollout_metrics
 from hephaestus import networks as nets
-from hephaestus.config import TrainConfig, resolve_for_env
+from hephaestus.config import ConfigError, TrainConfig, resolve_for_env
 from hephaestus.distributed import Sharder, mesh_for
 from hephaestus.envs.adapters import AdaptedEnv
 from hephaestus.envs.registry import make_env, make_training_env
@@ -67,6 +67,10 @@ class PPOContext:
     reward_terms_probe: Callable[[], tuple[str, ...]] | tuple[str, ...] = ()
     action_groups: tuple = ()  # (name, lo, hi) ranges of discrete actions -> actions/<name>_frac metrics
     store_next_obs: bool = False  # an extra stage reads batch["next_obs"]
+    # --teacher: the env's scripted policy `(env_state, action_mask, key) -> action` (AdaptedEnv.scripted_policies).
+    # The rollout stores its action for every state (batch["teacher_action"]) and the loss adds the cross-entropy
+    # from it, weighted by the annealed hyper["teacher_coef"] (kickstarting). None: no teacher, nothing computed.
+    teacher: Callable | None = None
 
     @cached_property
     def reward_terms(self) -> tuple[str, ...]:
@@ -143,6 +147,10 @@ def rollout_apply(ctx: PPOContext, key, train_state, batch, rs: RolloutState):
         transition = {"obs": stored_obs, "action_mask": rs.action_mask, "action": action, "log_prob": log_prob,
                       "value": value, "reward": step.reward, "terminated": step.terminated,
                       "truncated": step.truncated, "bootstrap_value": bootstrap}
+        if ctx.teacher is not None:  # what the scripted teacher would do in the state the action was chosen in
+            key_teacher = jax.random.fold_in(step_key, 2)  # a stream of its own: the other keys stay as without it
+            transition["teacher_action"] = jax.vmap(ctx.teacher)(
+                rs.env_state, rs.action_mask, jax.random.split(key_teacher, ctx.num_envs)).astype(jnp.int32)
         if ctx.store_next_obs:  # the pre-reset observation the action led to (episode ends included)
             transition["next_obs"] = step.final_obs.astype(jnp.float32)
         rs = rs.replace(env_state=env_state, obs=step.obs, action_mask=step.action_mask,
@@ -157,6 +165,8 @@ def rollout_apply(ctx: PPOContext, key, train_state, batch, rs: RolloutState):
     if ctx.store_next_obs:  # the observation the next rollout starts from (intrinsic_critic's last next state)
         batch["last_obs"] = rs.obs.astype(jnp.float32)
     metrics = rollout_metrics.to_metrics(sums, rs.last_mean_return, rs.last_mean_length, ctx.batch_size)
+    if ctx.teacher is not None:  # how often the sampled policy already does what the teacher would
+        metrics["teacher_agreement"] = jnp.mean((batch["action"] == batch["teacher_action"]).astype(jnp.float32))
     rs = rs.replace(last_mean_return=metrics["mean_episode_return"], last_mean_length=metrics["mean_episode_length"])
     return train_state, shard.constrain_batch(batch), rs, metrics
 
@@ -207,11 +217,14 @@ def advantage_apply(ctx: PPOContext, key, train_state, batch, state, hyper=None)
 # Observations stay in their storage dtype until a minibatch is gathered; losses and reductions are float32.
 
 TRAIN_KEYS = ("obs", "action_mask", "action", "log_prob", "value", "advantage", "target")
+TEACHER_KEYS = ("teacher_action",)  # with --teacher
 
 
 def ppo_loss(ctx: PPOContext, params, mb, hyper):
-    """Clipped-surrogate PPO loss of one minibatch -> (total, stats)."""
-    log_prob, entropy, value = nets.evaluate(ctx.network, params, mb["obs"], mb["action_mask"], mb["action"])
+    """Clipped-surrogate PPO loss of one minibatch -> (total, stats); with a teacher, plus hyper["teacher_coef"]
+    times the cross-entropy from the teacher's actions."""
+    scored = nets.evaluate(ctx.network, params, mb["obs"], mb["action_mask"], mb["action"], mb.get("teacher_action"))
+    log_prob, entropy, value = scored[:3]
     log_ratio = log_prob - mb["log_prob"]
     ratio = jnp.exp(log_ratio)
     adv = mb["advantage"]
@@ -226,9 +239,13 @@ def ppo_loss(ctx: PPOContext, params, mb, hyper):
         vf_loss = 0.5 * jnp.mean((value - mb["target"]) ** 2)
     entropy = jnp.mean(entropy)
     total = pg_loss + hyper["vf_coef"] * vf_loss - hyper["ent_coef"] * entropy
-    stats = {"pg_loss": pg_loss, "vf_loss": vf_loss, "entropy": entropy, "total_loss": total,
+    stats = {"pg_loss": pg_loss, "vf_loss": vf_loss, "entropy": entropy,
              "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
              "clip_frac": jnp.mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32))}
+    if "teacher_action" in mb:
+        stats["teacher_xent"] = -jnp.mean(scored[3])
+        total = total + hyper["teacher_coef"] * stats["teacher_xent"]
+    stats["total_loss"] = total
     return total, stats
 
 
@@ -261,7 +278,7 @@ def minibatch(ctx: PPOContext, rowed, idx):
 def ppo_update_apply(ctx: PPOContext, key, train_state, batch, state, hyper=None):
     hyper = ctx.hyper if hyper is None else hyper
     grad_fn = jax.value_and_grad(partial(ppo_loss, ctx), has_aux=True)
-    rowed = {k: to_rows(ctx, batch[k]) for k in TRAIN_KEYS}
+    rowed = {k: to_rows(ctx, batch[k]) for k in TRAIN_KEYS + TEACHER_KEYS if k in batch}
     rowed["obs"] = ctx.storage.to_gather(rowed["obs"])
 
     def minibatch_step(train_state, idx):
@@ -290,6 +307,9 @@ def one_update(ctx: PPOContext, pipeline: list[Stage], runner: RunnerState, _=No
     hyper = {**hyper, "ent_coef": ent_coef}
     train_state = with_optimizer_hyperparams(runner.train_state, lr, hyper["max_grad_norm"])
     batch, stage_states, metrics = None, dict(runner.stages), {"learning_rate": lr, "ent_coef": ent_coef}
+    if ctx.teacher is not None:  # --teacher: its weight falls linearly to 0 over the first teacher_fraction
+        hyper["teacher_coef"] = hyper["teacher_coef"] * jnp.maximum(1.0 - progress / hyper["teacher_fraction"], 0.0)
+        metrics["teacher_coef"] = hyper["teacher_coef"]
     for stage, stage_key in zip(pipeline, stage_keys):
         data = {"hyper": hyper} if stage.takes_hyper else {}
         train_state, batch, stage_states[stage.name], stage_metrics = stage.apply(
@@ -321,6 +341,19 @@ def chunk(ctx: PPOContext, pipeline: list[Stage], runner: RunnerState, num_updat
 
 # ---------------------------------------------------------------------------------------------
 # Building it: the context, the stage list, the compiled chunk and the fresh agents.
+
+def teacher_policy(config: TrainConfig, env: AdaptedEnv) -> Callable | None:
+    """--teacher's scripted policy from the env (AdaptedEnv.scripted_policies), or None without one. ConfigError
+    (one line) for a name the env does not have."""
+    name = config.ppo.teacher
+    if not name:
+        return None
+    known = env.scripted_policies
+    if name not in known:
+        raise ConfigError(f"--teacher {name}: {config.env.name} has no such scripted policy; it has "
+                          f"{', '.join(sorted(known)) or 'none'}")
+    return known[name]
+
 
 def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead: bool = False,
                store_programs_in: str | None = None) -> Trainer:
@@ -354,7 +387,8 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead
         reward_terms_probe=partial(rollout_metrics.reward_terms, v_reset, v_step, spec, num_envs),
         # Named action ranges (EnvSpec.action_groups, e.g. HackMatrix move/siphon/program).
         action_groups=tuple(getattr(spec, "action_groups", ())) if spec.discrete else (),
-        store_next_obs=any(key in stage.reads for stage in extras for key in ("next_obs", "last_obs")))
+        store_next_obs=any(key in stage.reads for stage in extras for key in ("next_obs", "last_obs")),
+        teacher=teacher_policy(config, env))
     core = {"rollout": Stage("rollout", partial(rollout_apply, ctx), partial(rollout_init, ctx),
                              partition=ROLLOUT_PARTITION),
             "advantage": Stage("advantage", partial(advantage_apply, ctx), takes_hyper=True),
