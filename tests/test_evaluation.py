@@ -221,7 +221,8 @@ def test_evaluate_script_end_to_end_and_bad_input(finished_run, tmp_path, capsys
     for argv in ([str(tmp_path / "missing")], [str(finished_run), "--episodes", "0"], ["--random"],
                  [str(finished_run), "--json", str(tmp_path / "no" / "e.json")],
                  ["--scripted", "exit-rush"], ["--scripted", "exit-rush", "--env", "gymnax:CartPole-v1"],
-                 [str(finished_run), "--scripted", "exit-rush", "--env", "hackmatrix"]):
+                 [str(finished_run), "--scripted", "exit-rush", "--env", "hackmatrix"],
+                 ["--scripted", "exit-rush", "--env", "hackmatrix", "--sampled"]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("evaluate.py: error:") and err.count("\n") == 1, err

@@ -60,8 +60,8 @@ def main(argv=None) -> int:
 
         cache_dir = enable_compilation_cache()
         if args.scripted is not None:
-            if args.random or args.path:
-                raise EvalError("--scripted plays without an agent: give --env, not a path or --random")
+            if args.random or args.path or args.sampled:
+                raise EvalError("--scripted plays without an agent: give --env, not a path, --random or --sampled")
             if not args.env:
                 raise EvalError("--scripted needs --env")
             env, network, params, meta = load_env(args.env), None, None, {}
