@@ -297,3 +297,20 @@ def test_plot_takes_a_slice_of_the_agents_of_a_sweep_program(tmp_path, capsys):
     records = load_records(str(tmp_path / "g" / "metrics.jsonl"))
     _, mean, _, _, _ = curve(seed_series(records, "eval/return_mean")[2:], "minmax")
     np.testing.assert_allclose(mean, [11, 12, 13])
+
+
+def test_a_group_keeps_its_colour_in_every_panel_when_another_lacks_a_metric(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from hephaestus.plotting import draw
+
+    write_run(tmp_path / "plain", [1, 2, 3])
+    write_run(tmp_path / "taught", [2, 3, 4])
+    with open(tmp_path / "taught" / "metrics.jsonl", "a") as f:  # a metric only the second group has
+        f.write(json.dumps({"update": 4, "env_steps": 400, "eval/return_mean": 5, "teacher_agreement": 0.6}) + "\n")
+    fig, drawn = draw({"plain": [str(tmp_path / "plain")], "taught": [str(tmp_path / "taught")]},
+                      ["eval/return_mean", "teacher_agreement"])
+    both, alone = ({line.get_label().split(" (")[0]: line.get_color() for line in ax.get_lines()} for ax in fig.axes)
+    plt.close(fig)
+    assert drawn["teacher_agreement"] == {"taught": 1} and both["taught"] != both["plain"]
+    assert alone == {"taught": both["taught"]}

@@ -145,11 +145,25 @@ def parse_hlines(specs: list[str]) -> dict[str, list[tuple[float, str]]]:
 def plot(groups: dict[str, list[str]], metrics: list[str], out: str, band: str = "minmax",
          checkpoint_dir: str = "checkpoints", title: str = "", hlines: dict | None = None) -> dict:
     """Draw and save; returns {metric: {label: number of seeds}}."""
+    import matplotlib.pyplot as plt
+
+    fig, drawn = draw(groups, metrics, band, checkpoint_dir, title, hlines)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return drawn
+
+
+def draw(groups: dict[str, list[str]], metrics: list[str], band: str = "minmax", checkpoint_dir: str = "checkpoints",
+         title: str = "", hlines: dict | None = None):
+    """(figure, {metric: {label: number of seeds}}): one panel per metric, one curve per group. A group keeps its
+    colour in every panel, also where another group lacks the metric (a teacher's metrics, say)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {label: cycle[i % len(cycle)] for i, label in enumerate(groups)}
     loaded = {label: [(load_records(metrics_path(path, checkpoint_dir)), agents)
                       for path, agents in map(split_agents, runs)] for label, runs in groups.items()}
     fig, axes = plt.subplots(len(metrics), 1, figsize=(7, 3.2 * len(metrics)), squeeze=False)
@@ -162,9 +176,9 @@ def plot(groups: dict[str, list[str]], metrics: list[str], out: str, band: str =
                 continue
             x, mean, low, high, counts = curve(series, band)
             n = len(series)
-            line, = ax.plot(x, mean, label=f"{label} ({n} seed{'s' if n != 1 else ''})")
+            ax.plot(x, mean, color=colors[label], label=f"{label} ({n} seed{'s' if n != 1 else ''})")
             if n > 1:
-                ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+                ax.fill_between(x, low, high, color=colors[label], alpha=0.2, linewidth=0)
             drawn[metric][label] = n
         if not drawn[metric]:
             plt.close(fig)
@@ -178,9 +192,7 @@ def plot(groups: dict[str, list[str]], metrics: list[str], out: str, band: str =
     band_text = "band: min-max over seeds" if band == "minmax" else "band: mean ± 1 std over seeds"
     fig.suptitle(f"{title + ' - ' if title else ''}mean over seeds; {band_text}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return drawn
+    return fig, drawn
 
 
 def build_parser():
