@@ -81,3 +81,26 @@ def test_a_teacher_the_env_does_not_have_is_a_one_line_error():
         trainer(teacher="toward-origin", teacher_fraction=0.0)
     with pytest.raises(ConfigError, match="--teacher-coef must be >= 0"):
         trainer(teacher="toward-origin", teacher_coef=-1.0)
+
+
+def test_hackmatrix_learns_from_exit_rush_by_default_and_none_turns_it_off():
+    from hephaestus.config import has_teacher
+
+    def settled(**flags):
+        return resolve(TrainConfig.from_flat(**flags))[0]
+
+    assert settled(env="hackmatrix").ppo.teacher == "exit-rush"
+    assert settled(env="hackmatrix", teacher="exit-rush-siphon").ppo.teacher == "exit-rush-siphon"
+    for config in (settled(env="gymnax:CartPole-v1"), settled(env="hackmatrix", teacher="none"),
+                   settled(env="hackmatrix", agent="dreamer")):  # the dreamer has no PPO update to join
+        assert config.ppo.teacher == "none" and not has_teacher(config)
+    with pytest.raises(ConfigError, match="--teacher exit-rush needs the PPO update; --agent dreamer replaces it"):
+        settled(env="hackmatrix", agent="dreamer", teacher="exit-rush")
+
+
+def test_a_checkpoint_from_before_the_teacher_resumes_without_one():
+    from hephaestus.checkpoint import stored_config
+
+    values = {"env": "hackmatrix", "ent_coef": 0.1, "hidden_dim": 256}  # a stored config with no teacher field
+    assert stored_config(values, "test").ppo.teacher == "none"
+    assert stored_config({**values, "teacher": "exit-rush"}, "test").ppo.teacher == "exit-rush"

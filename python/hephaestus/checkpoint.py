@@ -183,8 +183,9 @@ FORMAT = "hephaestus-checkpoint-v1"
 # Options of older versions that a stored config may still hold; they mean nothing now (num_minibatches and
 # update_epochs were stored resolved beside them; stage_options became the stage families' own options).
 RETIRED_OPTIONS = ("user_set_minibatches", "user_set_epochs", "stage_options")
-# What an option means when a checkpoint predates it: runs before --encoder/--obs-dtype were float32 MLPs.
-STORED_CONFIG_DEFAULTS = {"encoder": "mlp", "obs_dtype": "float32"}
+# What an option means when a checkpoint predates it: runs before --encoder/--obs-dtype were float32 MLPs, runs
+# before --teacher had none (HackMatrix's default teacher must not join a resumed older run).
+STORED_CONFIG_DEFAULTS = {"encoder": "mlp", "obs_dtype": "float32", "teacher": "none"}
 
 
 def check_saved_config(where: str, meta: dict) -> None:

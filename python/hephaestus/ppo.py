@@ -22,7 +22,7 @@ from flax import struct
 
 from hephaestus import episode_stats, rollout_metrics
 from hephaestus import networks as nets
-from hephaestus.config import ConfigError, TrainConfig, resolve_for_env
+from hephaestus.config import ConfigError, TrainConfig, has_teacher, resolve_for_env
 from hephaestus.distributed import Sharder, mesh_for
 from hephaestus.envs.adapters import AdaptedEnv
 from hephaestus.envs.registry import make_env, make_training_env
@@ -346,7 +346,7 @@ def teacher_policy(config: TrainConfig, env: AdaptedEnv) -> Callable | None:
     """--teacher's scripted policy from the env (AdaptedEnv.scripted_policies), or None without one. ConfigError
     (one line) for a name the env does not have."""
     name = config.ppo.teacher
-    if not name:
+    if not has_teacher(config):
         return None
     known = env.scripted_policies
     if name not in known:
