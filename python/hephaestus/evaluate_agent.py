@@ -65,9 +65,10 @@ def main(argv=None) -> int:
             if not args.env:
                 raise EvalError("--scripted needs --env")
             env, network, params, meta = load_env(args.env), None, None, {}
-            if args.scripted not in env.scripted_policies:
-                raise EvalError(f"{env.spec.name} has no scripted policy {args.scripted!r}; it has "
-                                f"{', '.join(sorted(env.scripted_policies)) or 'none'}")
+            try:
+                env.scripted_policy(args.scripted)  # before the "evaluating ..." line
+            except ValueError as err:
+                raise EvalError(f"--scripted {args.scripted}: {err}") from None
             source = f"scripted policy {args.scripted}"
         elif args.random and not args.path:
             if not args.env:

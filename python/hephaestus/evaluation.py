@@ -170,11 +170,7 @@ class Evaluator:
         self.policies = tuple(policies or ("greedy",) + (("sampled",) if sampled else ()))
         scripted_fn = None
         if scripted is not None:
-            known = env.scripted_policies
-            if scripted not in known:
-                raise ValueError(f"{env.spec.name} has no scripted policy {scripted!r}; it has "
-                                 f"{', '.join(sorted(known)) or 'none'}")
-            scripted_fn, self.policies = known[scripted], (SCRIPTED,)
+            scripted_fn, self.policies = env.scripted_policy(scripted), (SCRIPTED,)
             agent = None if agent is None else {**agent, "scripted": scripted}
         if len({PREFIXES[p] for p in self.policies}) != len(self.policies):
             raise ValueError(f"policies {self.policies} would share a metric prefix (greedy and random both log eval/)")

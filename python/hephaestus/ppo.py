@@ -345,14 +345,12 @@ def chunk(ctx: PPOContext, pipeline: list[Stage], runner: RunnerState, num_updat
 def teacher_policy(config: TrainConfig, env: AdaptedEnv) -> Callable | None:
     """--teacher's scripted policy from the env (AdaptedEnv.scripted_policies), or None without one. ConfigError
     (one line) for a name the env does not have."""
-    name = config.ppo.teacher
     if not has_teacher(config):
         return None
-    known = env.scripted_policies
-    if name not in known:
-        raise ConfigError(f"--teacher {name}: {config.env.name} has no such scripted policy; it has "
-                          f"{', '.join(sorted(known)) or 'none'}")
-    return known[name]
+    try:
+        return env.scripted_policy(config.ppo.teacher)
+    except ValueError as err:
+        raise ConfigError(f"--teacher {config.ppo.teacher}: {err}") from None
 
 
 def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead: bool = False,

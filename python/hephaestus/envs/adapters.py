@@ -101,6 +101,14 @@ class AdaptedEnv:
     # evaluation program plays them with `evaluate.py --scripted NAME`.
     scripted_policies: dict = dataclasses.field(default_factory=dict)
 
+    def scripted_policy(self, name: str) -> Callable:
+        """The scripted policy `name`; ValueError (one line naming the ones there are) where the env has none such.
+        The one lookup of `evaluate.py --scripted` and `--teacher`."""
+        if name not in self.scripted_policies:
+            raise ValueError(f"{self.spec.name} has no such scripted policy; it has "
+                             f"{', '.join(sorted(self.scripted_policies)) or 'none'}")
+        return self.scripted_policies[name]
+
 
 def split_observation(obs: Any) -> tuple[jax.Array, jax.Array | None]:
     """Flatten an observation pytree to float32[obs_dim]; pull out its action mask if it has one."""
