@@ -408,6 +408,12 @@ CASES = {
     # Without the exit-rush teacher HackMatrix learns from by default (--teacher none): what the teacher costs.
     "hackmatrix-ppo-2048x128-noteacher": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
                                                                  updates_per_chunk=1, teacher="none")),
+    # With the look-ahead teachers (--teacher exit-rush-safe, exit-rush-programs): four move-or-attacks and up to
+    # three breadth-first searches per env per step instead of one search.
+    "hackmatrix-ppo-2048x128-safe": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
+                                                            updates_per_chunk=1, teacher="exit-rush-safe")),
+    "hackmatrix-ppo-2048x128-programs": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
+                                                                updates_per_chunk=1, teacher="exit-rush-programs")),
     # Half-width MLP (128): 1.65x the default's speed. Not the default: in 2e6-step runs at HackMatrix's entropy
     # bonus it cleared stages on 4 of 5 seeds against 5 of 5 for width 256, and less of them (specs/hackmatrix.md).
     "hackmatrix-ppo-2048x128-h128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,

@@ -1,22 +1,28 @@
 """Scripted HackMatrix baselines (envs/hackmatrix/scripted.py), and evaluate.py --scripted playing one."""
 
+import functools
 import json
 
 import jax
 import numpy as np
 
 from hephaestus.envs.hackmatrix import make_state
-from hephaestus.envs.hackmatrix.constants import A_SIPHON
+from hephaestus.envs.hackmatrix.constants import A_RESET, A_SIPHON, P_ROW
 from hephaestus.envs.hackmatrix.observe import action_mask
-from hephaestus.envs.hackmatrix.scripted import exit_rush, exit_rush_siphon
+from hephaestus.envs.hackmatrix.scripted import exit_rush, exit_rush_programs, exit_rush_safe, exit_rush_siphon
 
 UP, DOWN, LEFT, RIGHT = 0, 1, 2, 3  # R5: row + 1, row - 1, col - 1, col + 1
+
+
+@functools.cache
+def _compiled(policy):
+    return jax.jit(jax.vmap(policy, in_axes=(None, None, 0)))  # one program per policy: states share shapes
 
 
 def actions(policy, state, n=32):
     """The policy's actions in `state` under n keys."""
     keys = jax.random.split(jax.random.key(0), n)
-    return set(np.asarray(jax.jit(jax.vmap(policy, in_axes=(None, None, 0)))(state, action_mask(state), keys)).tolist())
+    return set(np.asarray(_compiled(policy)(state, action_mask(state), keys)).tolist())
 
 
 def test_exit_rush_steps_toward_the_exit_around_blocks_and_breaks_ties_at_random():
@@ -35,6 +41,50 @@ def test_exit_rush_siphon_siphons_whenever_it_holds_a_siphon():
     assert actions(exit_rush_siphon, holding) == {A_SIPHON}
     assert actions(exit_rush_siphon, make_state(player=(2, 2), exit=(2, 5))) == {RIGHT}
     assert actions(exit_rush, holding) == {RIGHT}
+
+
+def test_exit_rush_safe_and_programs_step_around_an_enemy_they_would_end_beside():
+    # Straight on to the exit, (2,3) is beside the daemon at (3,3): one hit in its phase (R56). Left or down
+    # cost one step more and no hit; the plain rusher takes the hit.
+    beside = make_state(player=(2, 2), exit=(2, 5), enemies=[{"type": "daemon", "pos": (3, 3)}])
+    assert actions(exit_rush, beside) == {RIGHT}
+    assert actions(exit_rush_safe, beside) == {DOWN, LEFT}
+    assert actions(exit_rush_programs, beside) == {DOWN, LEFT}
+    # Beside and in line: shooting it (R42) stuns it for its phase (R22), so staying beside it is safe; counted
+    # as still acting, any step away (one longer, no hit) would look better.
+    in_line = make_state(player=(2, 2), exit=(2, 5), enemies=[{"type": "daemon", "pos": (2, 3)}])
+    assert actions(exit_rush_safe, in_line) == {RIGHT}
+    # A stunned daemon does not act in the next phase (R22): straight on again.
+    stunned = make_state(player=(2, 2), exit=(2, 5), enemies=[{"type": "daemon", "pos": (3, 3), "stunned": True}])
+    assert actions(exit_rush_programs, stunned) == {RIGHT}
+    # A virus moves twice (R54): two steps away is as near as beside.
+    virus = make_state(player=(2, 2), exit=(2, 5), enemies=[{"type": "virus", "pos": (4, 3)}])
+    assert actions(exit_rush_programs, virus) == {DOWN, LEFT}
+
+
+def test_exit_rush_programs_plays_an_owned_program_when_its_moment_comes():
+    # ROW (3 credits, 1 energy) on an unstunned enemy in the player's row; not on a stunned one, not unpaid.
+    in_row = dict(player=(2, 0), exit=(5, 5), owned=["ROW"], credits=3, energy=1)
+    assert actions(exit_rush_programs, make_state(**in_row, enemies=[{"type": "daemon", "pos": (2, 5)}])) == {5 + P_ROW}
+    assert 5 + P_ROW not in actions(exit_rush_programs,
+                                    make_state(**in_row, enemies=[{"type": "daemon", "pos": (2, 5), "stunned": True}]))
+    assert 5 + P_ROW not in actions(exit_rush_programs, make_state(**{**in_row, "credits": 2},
+                                                                   enemies=[{"type": "daemon", "pos": (2, 5)}]))
+    # RESET (4 energy) at 1 HP, not at 2 (R115's waste).
+    assert actions(exit_rush_programs, make_state(player=(2, 2), hp=1, owned=["RESET"], energy=4)) == {A_RESET}
+    assert A_RESET not in actions(exit_rush_programs, make_state(player=(2, 2), hp=2, owned=["RESET"], energy=4))
+
+
+def test_exit_rush_programs_detours_for_pick_ups_and_siphons_where_the_cross_pays():
+    # Up or right are both shortest to (5,5); only right passes the pick-up at (0,5).
+    assert actions(exit_rush, make_state(player=(0, 0), exit=(5, 5), data_siphons=[(0, 5)])) == {UP, RIGHT}
+    assert actions(exit_rush_programs, make_state(player=(0, 0), exit=(5, 5), data_siphons=[(0, 5)])) == {RIGHT}
+    # Holding a siphon on a cross of 9 credits: siphon. On a cross whose data block would release 9
+    # transmissions (R49) and that holds nothing else: walk on.
+    rich = {(2, 2): ("credits", 3), (3, 2): ("credits", 3), (2, 1): ("energy", 3)}
+    assert actions(exit_rush_programs, make_state(player=(2, 2), exit=(2, 5), siphons=1, resources=rich)) == {A_SIPHON}
+    costly = [{"pos": (3, 2), "kind": "data", "points": 9}]
+    assert actions(exit_rush_programs, make_state(player=(2, 2), exit=(2, 5), siphons=1, blocks=costly)) == {RIGHT}
 
 
 def test_evaluate_scripted_plays_the_baseline_through_the_evaluation_program(tmp_path, capsys):

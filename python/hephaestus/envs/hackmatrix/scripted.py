@@ -11,12 +11,26 @@ what the observation allows.
   never siphons and never plays a program: what running for exits alone is worth.
 * ``exit-rush-siphon``: the rusher, but it siphons (R47) whenever it holds a data siphon and the siphon is
   allowed, then rushes on. Siphoning at once is the simplest use of a siphon; its programs stay unplayed.
+* ``exit-rush-safe``: the rusher with one step of look-ahead: each direction is played with the env's own
+  move-or-attack, and the hits the enemy phase after it would deal (seen enemies beside, viruses within two)
+  weigh ``DAMAGE_STEPS`` steps each. It steps around an enemy it would end beside and shoots one in line.
+* ``exit-rush-programs``: ``exit-rush-safe`` toward a waypoint: a pick-up or a siphon cross worth its detour
+  (new programs and credits/energy, less the transmissions its blocks release), siphoning there; and it plays
+  an owned program when its moment comes (``PROGRAM_ORDER``). Its weights were set by hand on evaluation seed 0
+  (specs/hackmatrix.md). The step look-ahead uses only what the observation shows (no cryptog out of line,
+  no disabled turns) and question blocks count at their mean spawn; the program moments also read state the
+  observation hides (disabled turns, cryptogs out of line, siphoned floor cells), which a student must guess.
 """
 import jax
 import jax.numpy as jnp
 
 from . import pathfinding as pf
-from .constants import A_SIPHON, BLOCK, NBR_IDX, NBR_INB
+from .step import move_or_attack
+from .constants import (
+    A_SIPHON, BLOCK, CELL_COL, CELL_ROW, CROSS, CRYPTOG, DAEMON, DATA_SIPHON, NBR_IDX, NBR_INB, NUM_PROGRAMS,
+    P_ATKP, P_CALM, P_COL, P_CRASH, P_DBOM, P_DEBUG, P_DELAY, P_EXCH, P_HACK, P_PUSH, P_REDUC, P_RESET, P_ROW,
+    P_SCORE, P_SHOW, P_SIPHP, P_STEP, P_ANTIV, P_WARP, PROGRAM_ENERGY, VIRUS,
+)
 
 UNREACHED = 99  # pathfinding.bfs_layers_dist's distance of a cell it cannot reach
 
@@ -27,10 +41,20 @@ def _exit_distances(state):
     return pf.bfs_layers_dist(pf.bit(state.exit_pos), passable)
 
 
+def _distances_from(cell, state):
+    """int32[36]: steps from ``cell`` to each cell around the blocks; UNREACHED where no path leads."""
+    return pf.bfs_layers_dist(pf.bit(cell), pf.pack(state.content != BLOCK))
+
+
 def exit_rush(state, mask, key):
     """The move (0..3) toward the exit: the allowed direction whose neighbour is nearest it (random among
     equals); a random allowed action where no direction is allowed."""
-    dist = _exit_distances(state)
+    return _step_toward(_exit_distances(state), state, mask, key)
+
+
+def _step_toward(dist, state, mask, key):
+    """The allowed direction whose neighbour is nearest by ``dist`` (random among equals); a random allowed
+    action where no direction is allowed."""
     nbr = jnp.asarray(NBR_IDX)[state.player_pos]
     inb = jnp.asarray(NBR_INB)[state.player_pos]
     step_dist = jnp.where(inb & mask[:4], dist[nbr], UNREACHED + 1).astype(jnp.float32)
@@ -45,4 +69,144 @@ def exit_rush_siphon(state, mask, key):
     return jnp.where((state.siphons > 0) & mask[A_SIPHON], jnp.int32(A_SIPHON), exit_rush(state, mask, key))
 
 
-POLICIES = {"exit-rush": exit_rush, "exit-rush-siphon": exit_rush_siphon}
+DAMAGE_STEPS = 4.0             # exit-rush-safe/-programs: one HP lost weighs as much as this many steps
+# exit-rush-programs: how much a waypoint is worth, in steps of detour from the shortest way to the exit.
+PICKUP_VALUE = 6.0             # a data-siphon pick-up: +1 reward (R107) and the siphon it holds
+NEW_PROGRAM_VALUE = 3.0        # each block of a program not yet owned in a siphon cross
+RESOURCE_VALUE = 1.0           # each credit or energy in a siphon cross
+SPAWN_COST = 1.0               # each transmission the cross's blocks would release (R49, R50)
+QUESTION_SPAWN = 5             # a question block's spawn count is hidden (R102): about the mean
+SIPHON_WORTH = 1.0             # a cross must be worth this much to spend a siphon on it
+ENERGY_RESERVE = 4             # energy kept for RESET (R88) by the programs that are not emergencies
+# Programs in the order they are considered; the first whose moment has come (and the mask allows) is played.
+PROGRAM_ORDER = (P_RESET, P_DBOM, P_CRASH, P_ANTIV, P_ROW, P_COL, P_DEBUG, P_HACK, P_STEP, P_PUSH, P_WARP,
+                 P_DELAY, P_REDUC, P_SIPHP, P_EXCH, P_CALM, P_ATKP, P_SHOW, P_SCORE)
+
+
+def _program_moments(state, to_exit, siphon_here, hits):
+    """bool[23]: for each program, whether now is a moment to play it (before the mask and costs). ``to_exit``:
+    each cell's steps to the exit; ``hits``: what the chosen step would take in the next enemy phase."""
+    rows, cols = jnp.asarray(CELL_ROW), jnp.asarray(CELL_COL)
+    pr, pc = rows[state.player_pos], cols[state.player_pos]
+    er, ec = rows[state.ent_pos], cols[state.ent_pos]
+    manhattan = jnp.abs(er - pr) + jnp.abs(ec - pc)
+    chebyshev = jnp.maximum(jnp.abs(er - pr), jnp.abs(ec - pc))
+    enemy = state.ent_active & state.ent_enemy
+    transmission = state.ent_active & ~state.ent_enemy
+    # an enemy that acts in the next enemy phase (R22, R55)
+    acting = enemy & ~state.ent_stunned & (state.ent_disabled == 0)
+    attacker = acting & (manhattan == 1)
+    spare_energy = state.energy - jnp.asarray(PROGRAM_ENERGY) >= ENERGY_RESERVE * state.owned[P_RESET]
+    n_entities = jnp.sum(state.ent_active)
+    lone = jnp.argmax(state.ent_active)
+    lone_nearer_exit = to_exit[state.ent_pos[lone]] < to_exit[state.player_pos]
+    moment = jnp.zeros(NUM_PROGRAMS, bool)
+    moment = moment.at[P_RESET].set(state.hp == 1)
+    moment = moment.at[P_DBOM].set(jnp.any(acting & (state.ent_type == DAEMON) & (manhattan <= 3)))
+    moment = moment.at[P_CRASH].set(jnp.any((acting | transmission) & (chebyshev == 1)))
+    moment = moment.at[P_ANTIV].set(jnp.any(acting & (state.ent_type == VIRUS) & (manhattan <= 4)))
+    moment = moment.at[P_ROW].set(jnp.any(acting & (er == pr)))
+    moment = moment.at[P_COL].set(jnp.any(acting & (ec == pc)))
+    moment = moment.at[P_DEBUG].set(jnp.any(acting & (state.content[state.ent_pos] == BLOCK)))
+    moment = moment.at[P_HACK].set(jnp.any(acting & state.siphoned[state.ent_pos]))
+    moment = moment.at[P_STEP].set((hits > 0) & ~siphon_here & ~state.step_active)
+    moment = moment.at[P_PUSH].set(jnp.any(attacker) & (hits > 0) & ~state.step_active)
+    moment = moment.at[P_WARP].set((n_entities == 1) & lone_nearer_exit)
+    moment = moment.at[P_DELAY].set(jnp.any(transmission & (state.ent_turns <= 1) & (manhattan <= 3)))
+    moment = moment.at[P_REDUC].set(siphon_here)
+    moment = moment.at[P_SIPHP].set(state.siphons == 0)
+    moment = moment.at[P_EXCH].set((state.energy < ENERGY_RESERVE) & (state.credits >= 8))
+    moment = moment.at[P_CALM].set(state.stage >= 2)
+    moment = moment.at[P_ATKP].set(True)
+    moment = moment.at[P_SHOW].set(jnp.any(enemy & (state.ent_type == CRYPTOG)))
+    moment = moment.at[P_SCORE].set(True)
+    spare = jnp.zeros(NUM_PROGRAMS, bool).at[jnp.array([P_DELAY, P_CALM, P_ATKP, P_SCORE])].set(True)
+    return moment & (spare_energy | ~spare)
+
+
+def _cross_worth(state):
+    """float32[36]: what siphoning from each cell would bring (R47-R49) less what it would release; -inf on
+    blocks. Question blocks count for their expected spawn and nothing else: their payload is hidden."""
+    block = state.content == BLOCK
+    live_block = block & ~state.siphoned
+    new_program = live_block & ~state.blk_data & ~state.blk_question & ~state.owned[state.blk_program]
+    spawn = jnp.where(live_block, jnp.where(state.blk_question, QUESTION_SPAWN, state.blk_spawn), 0)
+    resources = jnp.where(~block & ~state.siphoned, state.res_credits + state.res_energy, 0)
+    cross = jnp.asarray(CROSS, jnp.float32)
+    worth = (NEW_PROGRAM_VALUE * (cross @ new_program.astype(jnp.float32))
+             + RESOURCE_VALUE * (cross @ resources.astype(jnp.float32))
+             - SPAWN_COST * (cross @ spawn.astype(jnp.float32)))
+    return jnp.where(block, -jnp.inf, worth)
+
+
+def _seen_enemies(state):
+    """bool[MAX_ENTITIES]: the enemies the observation shows (R20, R101): a cryptog only in the player's row or
+    column or under SHOW."""
+    rows, cols = jnp.asarray(CELL_ROW), jnp.asarray(CELL_COL)
+    in_line = (rows[state.ent_pos] == rows[state.player_pos]) | (cols[state.ent_pos] == cols[state.player_pos])
+    return (state.ent_active & state.ent_enemy
+            & ((state.ent_type != CRYPTOG) | in_line | state.show_activated))
+
+
+def _step_safely(goal_dist, state, mask, key):
+    """(action, hits): the direction that best trades steps toward the goal (``goal_dist``) against the hits
+    the next enemy phase would deal after it, and those hits. Each direction is played with the env's own
+    move-or-attack (R41-R45): an attack stuns or kills its target and stays; a move onto the exit skips the
+    enemy phase (R39). A hit is an unstunned seen enemy beside the player after the action, or a virus within
+    two steps (it moves twice, R54)."""
+    def outcome(d):
+        after, _, _, reached = move_or_attack(state, d)
+        return after.player_pos, after.ent_active & ~after.ent_stunned, reached
+
+    pos, acting, reached = jax.vmap(outcome)(jnp.arange(4))
+    rows, cols = jnp.asarray(CELL_ROW), jnp.asarray(CELL_COL)
+    gap = (jnp.abs(rows[pos][:, None] - rows[state.ent_pos][None, :])
+           + jnp.abs(cols[pos][:, None] - cols[state.ent_pos][None, :]))
+    reach = jnp.where(state.ent_type == VIRUS, 2, 1)[None, :]
+    hits = jnp.sum(acting & _seen_enemies(state)[None, :] & (gap <= reach), axis=1)
+    hits = jnp.where(reached, 0, hits)
+    cost = goal_dist[pos].astype(jnp.float32) + DAMAGE_STEPS * hits
+    key_tie, key_any = jax.random.split(key)
+    cost = jnp.where(mask[:4], cost, jnp.inf) + jax.random.uniform(key_tie, (4,), maxval=0.5)
+    move = jnp.argmin(cost).astype(jnp.int32)
+    fallback = jax.random.categorical(key_any, jnp.where(mask, 0.0, -jnp.inf)).astype(jnp.int32)
+    return jnp.where(jnp.any(mask[:4]), move, fallback), jnp.where(jnp.any(mask[:4]), hits[move], 0)
+
+
+def exit_rush_safe(state, mask, key):
+    """``exit_rush`` that weighs each step against the hits the enemy phase after it would deal
+    (``_step_safely``): it steps around an enemy it would end beside, or shoots one in line. It never siphons
+    and never plays a program."""
+    return _step_safely(_exit_distances(state), state, mask, key)[0]
+
+
+def exit_rush_programs(state, mask, key):
+    """A player that uses what it finds: it plays an owned program when its moment comes (an enemy in line
+    for ROW/COL, a daemon near for D_BOM, HP 1 for RESET, ...; ``PROGRAM_ORDER``, programs do not end the
+    turn, R40), detours a few steps for data-siphon pick-ups, siphons where the cross pays (new programs and
+    resources, less the transmissions it releases), and otherwise runs for the exit like ``exit_rush``."""
+    to_exit = _exit_distances(state)
+    from_player = _distances_from(state.player_pos, state)
+    detour = (from_player + to_exit - to_exit[state.player_pos]).astype(jnp.float32)
+    reachable = (from_player < UNREACHED) & (to_exit < UNREACHED)
+    cross_worth = _cross_worth(state)
+    pickup_worth = jnp.where(state.content == DATA_SIPHON, PICKUP_VALUE, -jnp.inf)
+    siphon_worth = jnp.where(state.siphons > 0, cross_worth, -jnp.inf)
+    worth = jnp.where(reachable, jnp.maximum(pickup_worth, siphon_worth - SIPHON_WORTH) - detour, -jnp.inf)
+    waypoint = jnp.argmax(worth)
+    has_waypoint = worth[waypoint] >= 0
+    siphon_here = has_waypoint & (waypoint == state.player_pos) & mask[A_SIPHON]
+
+    goal_dist = jnp.where(has_waypoint, _distances_from(waypoint, state), to_exit)
+    move, hits = _step_safely(goal_dist, state, mask, key)
+
+    playable = _program_moments(state, to_exit, siphon_here, hits) & mask[5:]
+    order = jnp.asarray(PROGRAM_ORDER)
+    first = jnp.argmax(playable[order])
+    program_action = (5 + order[first]).astype(jnp.int32)
+    action = jnp.where(siphon_here, jnp.int32(A_SIPHON), move)
+    return jnp.where(jnp.any(playable[order]), program_action, action)
+
+
+POLICIES = {"exit-rush": exit_rush, "exit-rush-siphon": exit_rush_siphon, "exit-rush-safe": exit_rush_safe,
+            "exit-rush-programs": exit_rush_programs}

@@ -28,7 +28,7 @@ def exit_dist(state):
 
 
 # ----------------------------------------------------------------------------- move/attack
-def _move_or_attack(state, d):
+def move_or_attack(state, d):
     """R41-R45. Returns (state, kills, pickup, reached_exit)."""
     p = state.player_pos
     idx = jnp.asarray(RAY_IDX)[p, d]
@@ -172,7 +172,7 @@ def play(state, action, key, params):
     d = jnp.clip(action, 0, 3)
 
     # player part: move/attack, siphon or program (every branch computed, one kept)
-    mv, mv_kills, pickup, mv_reached = _move_or_attack(state, d)
+    mv, mv_kills, pickup, mv_reached = move_or_attack(state, d)
     sp = _siphon(state)
     pg, pg_kills, pg_reached = run_program_where(is_program & valid, state, action - 5, sd_program)
     st = select(is_program, pg, select(is_siphon, sp, mv))
