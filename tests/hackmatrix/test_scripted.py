@@ -79,7 +79,7 @@ def test_exit_rush_programs_detours_for_pick_ups_and_siphons_where_the_cross_pay
     # Up or right are both shortest to (5,5); only right passes the pick-up at (0,5).
     assert actions(exit_rush, make_state(player=(0, 0), exit=(5, 5), data_siphons=[(0, 5)])) == {UP, RIGHT}
     assert actions(exit_rush_programs, make_state(player=(0, 0), exit=(5, 5), data_siphons=[(0, 5)])) == {RIGHT}
-    # Holding a siphon on a cross of 9 credits: siphon. On a cross whose data block would release 9
+    # Holding a siphon on a cross of 6 credits and 3 energy: siphon. On a cross whose data block would release 9
     # transmissions (R49) and that holds nothing else: walk on.
     rich = {(2, 2): ("credits", 3), (3, 2): ("credits", 3), (2, 1): ("energy", 3)}
     assert actions(exit_rush_programs, make_state(player=(2, 2), exit=(2, 5), siphons=1, resources=rich)) == {A_SIPHON}
