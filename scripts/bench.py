@@ -326,6 +326,10 @@ DEEPSEA_PROTOCOL = dict(num_envs=16, num_steps=32, updates_per_chunk=8, hidden_d
                         num_minibatches=4, update_epochs=4, lr=1e-3, anneal_lr=False)
 
 
+# The default HackMatrix training workload at 2048 envs; its cases change one option each.
+HACKMATRIX_2048X128 = dict(env_name="hackmatrix", num_envs=2048, num_steps=128, updates_per_chunk=1)
+
+
 # name -> (function, kwargs). Sizes keep the whole default run under ~5 minutes on 2 CPU cores.
 CASES = {
     "cartpole-4x128": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=4, num_steps=128,
@@ -389,8 +393,7 @@ CASES = {
     # Defaults (auto: MLP, exact uint8 observation storage), the cells encoder on the same storage, and the MLP on
     # float32 storage (the default before uint8); issue 3's targets at 2048 x 128: >= 18,000 env steps/s, peak
     # < 2 GiB, compile < 15 s.
-    "hackmatrix-ppo-2048x128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
-                                                       updates_per_chunk=1)),
+    "hackmatrix-ppo-2048x128": (bench_hephaestus, dict(HACKMATRIX_2048X128)),
     "hackmatrix-ppo-8192x128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=8192, num_steps=128,
                                                        updates_per_chunk=1)),
     "hackmatrix-random-8192": (bench_random_policy, dict(env_name="hackmatrix", num_envs=8192, steps_per_chunk=64)),
@@ -399,25 +402,18 @@ CASES = {
                                                     updates_per_chunk=4)),
     "hackmatrix-ppo-64x32-seeds4": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=64, num_steps=32,
                                                            updates_per_chunk=4, num_seeds=4)),
-    "hackmatrix-ppo-2048x128-cells": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
-                                                             updates_per_chunk=1, encoder="cells")),
-    "hackmatrix-ppo-2048x128-salience": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
-                                                                updates_per_chunk=1, encoder="salience")),
-    "hackmatrix-ppo-2048x128-f32": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
-                                                           updates_per_chunk=1, obs_dtype="float32")),
+    "hackmatrix-ppo-2048x128-cells": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="cells")),
+    "hackmatrix-ppo-2048x128-salience": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="salience")),
+    "hackmatrix-ppo-2048x128-f32": (bench_hephaestus, dict(HACKMATRIX_2048X128, obs_dtype="float32")),
     # Without the exit-rush teacher HackMatrix learns from by default (--teacher none): what the teacher costs.
-    "hackmatrix-ppo-2048x128-noteacher": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
-                                                                 updates_per_chunk=1, teacher="none")),
+    "hackmatrix-ppo-2048x128-noteacher": (bench_hephaestus, dict(HACKMATRIX_2048X128, teacher="none")),
     # With the look-ahead teachers (--teacher exit-rush-safe, exit-rush-programs): four move-or-attacks and up to
     # three breadth-first searches per env per step instead of one search.
-    "hackmatrix-ppo-2048x128-safe": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
-                                                            updates_per_chunk=1, teacher="exit-rush-safe")),
-    "hackmatrix-ppo-2048x128-programs": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
-                                                                updates_per_chunk=1, teacher="exit-rush-programs")),
+    "hackmatrix-ppo-2048x128-safe": (bench_hephaestus, dict(HACKMATRIX_2048X128, teacher="exit-rush-safe")),
+    "hackmatrix-ppo-2048x128-programs": (bench_hephaestus, dict(HACKMATRIX_2048X128, teacher="exit-rush-programs")),
     # Half-width MLP (128): 1.65x the default's speed. Not the default: in 2e6-step runs at HackMatrix's entropy
     # bonus it cleared stages on 4 of 5 seeds against 5 of 5 for width 256, and less of them (specs/hackmatrix.md).
-    "hackmatrix-ppo-2048x128-h128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=2048, num_steps=128,
-                                                            updates_per_chunk=1, hidden_dim=128)),
+    "hackmatrix-ppo-2048x128-h128": (bench_hephaestus, dict(HACKMATRIX_2048X128, hidden_dim=128)),
 }
 
 
