@@ -25,25 +25,24 @@ import jax
 import jax.numpy as jnp
 
 from . import pathfinding as pf
-from .step import move_or_attack
 from .constants import (
-    A_SIPHON, BLOCK, CELL_COL, CELL_ROW, CROSS, CRYPTOG, DAEMON, DATA_SIPHON, NBR_IDX, NBR_INB, NUM_PROGRAMS,
+    A_SIPHON, BLOCK, CELL_COL, CELL_ROW, CROSS, CRYPTOG, DAEMON, DATA_SIPHON, NBR_IDX, NUM_PROGRAMS,
     P_ATKP, P_CALM, P_COL, P_CRASH, P_DBOM, P_DEBUG, P_DELAY, P_EXCH, P_HACK, P_PUSH, P_REDUC, P_RESET, P_ROW,
     P_SCORE, P_SHOW, P_SIPHP, P_STEP, P_ANTIV, P_WARP, PROGRAM_ENERGY, VIRUS,
 )
+from .step import move_or_attack
 
 UNREACHED = 99  # pathfinding.bfs_layers_dist's distance of a cell it cannot reach
-
-
-def _exit_distances(state):
-    """int32[36]: steps from each cell to the exit around the blocks; UNREACHED where no path leads."""
-    passable = pf.pack(state.content != BLOCK)
-    return pf.bfs_layers_dist(pf.bit(state.exit_pos), passable)
 
 
 def _distances_from(cell, state):
     """int32[36]: steps from ``cell`` to each cell around the blocks; UNREACHED where no path leads."""
     return pf.bfs_layers_dist(pf.bit(cell), pf.pack(state.content != BLOCK))
+
+
+def _exit_distances(state):
+    """int32[36]: steps from each cell to the exit around the blocks; UNREACHED where no path leads."""
+    return _distances_from(state.exit_pos, state)
 
 
 def exit_rush(state, mask, key):
@@ -55,13 +54,18 @@ def exit_rush(state, mask, key):
 def _step_toward(dist, state, mask, key):
     """The allowed direction whose neighbour is nearest by ``dist`` (random among equals); a random allowed
     action where no direction is allowed."""
-    nbr = jnp.asarray(NBR_IDX)[state.player_pos]
-    inb = jnp.asarray(NBR_INB)[state.player_pos]
-    step_dist = jnp.where(inb & mask[:4], dist[nbr], UNREACHED + 1).astype(jnp.float32)
+    return _cheapest_direction(dist[jnp.asarray(NBR_IDX)[state.player_pos]], mask, key)[0]
+
+
+def _cheapest_direction(cost, mask, key):
+    """(action, direction): the allowed direction (0..3) of least ``cost`` (float[4], random among equals),
+    and a random allowed action where no direction is allowed (the mask allows only in-bound directions, R37).
+    ``direction`` is the argmin either way, for reading per-direction values."""
     key_tie, key_any = jax.random.split(key)
-    move = jnp.argmin(step_dist + jax.random.uniform(key_tie, (4,), maxval=0.5)).astype(jnp.int32)
+    direction = jnp.argmin(jnp.where(mask[:4], cost.astype(jnp.float32), jnp.inf)
+                           + jax.random.uniform(key_tie, (4,), maxval=0.5)).astype(jnp.int32)
     fallback = jax.random.categorical(key_any, jnp.where(mask, 0.0, -jnp.inf)).astype(jnp.int32)
-    return jnp.where(jnp.any(mask[:4]), move, fallback)
+    return jnp.where(jnp.any(mask[:4]), direction, fallback), direction
 
 
 def exit_rush_siphon(state, mask, key):
@@ -165,12 +169,8 @@ def _step_safely(goal_dist, state, mask, key):
     reach = jnp.where(state.ent_type == VIRUS, 2, 1)[None, :]
     hits = jnp.sum(acting & _seen_enemies(state)[None, :] & (gap <= reach), axis=1)
     hits = jnp.where(reached, 0, hits)
-    cost = goal_dist[pos].astype(jnp.float32) + DAMAGE_STEPS * hits
-    key_tie, key_any = jax.random.split(key)
-    cost = jnp.where(mask[:4], cost, jnp.inf) + jax.random.uniform(key_tie, (4,), maxval=0.5)
-    move = jnp.argmin(cost).astype(jnp.int32)
-    fallback = jax.random.categorical(key_any, jnp.where(mask, 0.0, -jnp.inf)).astype(jnp.int32)
-    return jnp.where(jnp.any(mask[:4]), move, fallback), jnp.where(jnp.any(mask[:4]), hits[move], 0)
+    action, direction = _cheapest_direction(goal_dist[pos] + DAMAGE_STEPS * hits, mask, key)
+    return action, jnp.where(jnp.any(mask[:4]), hits[direction], 0)
 
 
 def exit_rush_safe(state, mask, key):
@@ -200,12 +200,11 @@ def exit_rush_programs(state, mask, key):
     goal_dist = jnp.where(has_waypoint, _distances_from(waypoint, state), to_exit)
     move, hits = _step_safely(goal_dist, state, mask, key)
 
-    playable = _program_moments(state, to_exit, siphon_here, hits) & mask[5:]
     order = jnp.asarray(PROGRAM_ORDER)
-    first = jnp.argmax(playable[order])
-    program_action = (5 + order[first]).astype(jnp.int32)
+    playable = (_program_moments(state, to_exit, siphon_here, hits) & mask[5:])[order]
+    program_action = (5 + order[jnp.argmax(playable)]).astype(jnp.int32)
     action = jnp.where(siphon_here, jnp.int32(A_SIPHON), move)
-    return jnp.where(jnp.any(playable[order]), program_action, action)
+    return jnp.where(jnp.any(playable), program_action, action)
 
 
 POLICIES = {"exit-rush": exit_rush, "exit-rush-siphon": exit_rush_siphon, "exit-rush-safe": exit_rush_safe,
