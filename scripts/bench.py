@@ -404,6 +404,7 @@ CASES = {
                                                            updates_per_chunk=4, num_seeds=4)),
     "hackmatrix-ppo-2048x128-cells": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="cells")),
     "hackmatrix-ppo-2048x128-salience": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="salience")),
+    "hackmatrix-ppo-2048x128-ego": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="ego")),
     "hackmatrix-ppo-2048x128-f32": (bench_hephaestus, dict(HACKMATRIX_2048X128, obs_dtype="float32")),
     # Without the exit-rush teacher HackMatrix learns from by default (--teacher none): what the teacher costs.
     "hackmatrix-ppo-2048x128-noteacher": (bench_hephaestus, dict(HACKMATRIX_2048X128, teacher="none")),

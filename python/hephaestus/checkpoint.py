@@ -263,7 +263,7 @@ def _lookup(tree, path):
 # The networks.NetworkSpec fields a resume must match (the storage and matmul dtypes may change: the parameters
 # are float32 either way).
 NETWORK_FIELDS = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers", "activation", "encoder",
-                  "obs_cells", "cell_dim", "salience_heads")
+                  "obs_cells", "obs_board", "cell_dim", "salience_heads")
 
 
 def check_compatible(ckpt: Checkpoint, config, network_meta: dict) -> None:

@@ -47,9 +47,9 @@ REFERENCE_MINIBATCHES = 4
 REFERENCE_EPOCHS = 4
 MAX_MINIBATCHES = 64
 MIN_EPOCHS = 2
-ENCODERS = ("auto", "mlp", "cells", "salience")
+ENCODERS = ("auto", "mlp", "cells", "salience", "ego")
 NO_TEACHER = "none"  # --teacher none: no teacher (config.has_teacher)
-CELL_ENCODERS = ("cells", "salience")  # the encoders that read an env's obs_cells
+CELL_ENCODERS = ("cells", "salience", "ego")  # the encoders that read an env's obs_cells (ego: and obs_board)
 OBS_DTYPES = ("auto", "float32", "bfloat16", "uint8")
 # Hyperparameters whose default depends on the environment family (the part of --env before ":"): a field left
 # at None (auto) takes its family's value, else FALLBACK_DEFAULTS'. HackMatrix: with an entropy bonus of 0.01,
@@ -196,14 +196,16 @@ class NetworkConfig:
     """hidden activation"""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """matmul dtype; parameters and reductions stay float32"""
-    encoder: Literal["auto", "mlp", "cells", "salience"] = "auto"
+    encoder: Literal["auto", "mlp", "cells", "salience", "ego"] = "auto"
     """observation encoder: cells embeds each board cell with shared weights (envs declaring obs_cells, e.g.
     hackmatrix: half the multiply-adds of an MLP reading all 1545 inputs, and a translation-invariant prior);
-    salience embeds the cells likewise (plus their positions) and pools them by --salience-heads learned
-    attention heads into a few vectors (the DTC design's salience pooling); mlp feeds the flat observation;
+    ego embeds them likewise and lays them out on a window centred on the player (envs declaring obs_board), so
+    each input says what is at one offset from the player; salience embeds the cells (plus their positions) and
+    pools them by --salience-heads learned attention heads into a few vectors (the DTC design's salience
+    pooling); mlp feeds the flat observation;
     auto = mlp for now (cells did not yet learn as well on HackMatrix: resolve_encoder)"""
     cell_dim: int = 16
-    """per-cell embedding width of the cells and salience encoders"""
+    """per-cell embedding width of the cells, ego and salience encoders"""
     salience_heads: int = 4
     """pooling heads of the salience encoder (its output: flat features + heads x cell-dim)"""
     obs_dtype: Literal["auto", "float32", "bfloat16", "uint8"] = "auto"
@@ -658,13 +660,16 @@ def fill_auto(config: TrainConfig, values: dict) -> TrainConfig:
 
 
 def resolve_encoder(config: TrainConfig, spec) -> str:
-    """"mlp" or "cells" for this env (`spec`: envs.adapters.EnvSpec). Raises ConfigError for cells on an env
-    that does not declare its cell structure."""
+    """The encoder for this env (`spec`: envs.adapters.EnvSpec), "auto" settled. Raises ConfigError for an
+    encoder of cells on an env that does not declare its cell structure (ego: and its board layout)."""
     cells = getattr(spec, "obs_cells", None)
     encoder = config.network.encoder
     if encoder in CELL_ENCODERS and not cells:
         raise ConfigError(f"--encoder {encoder} needs an env that declares obs_cells (flat, cells, channels); "
                           f"{config.env.name} does not (use --encoder mlp)")
+    if encoder == "ego" and not getattr(spec, "obs_board", None):
+        raise ConfigError(f"--encoder ego needs an env that declares obs_board (rows, cols, row_feature, "
+                          f"col_feature); {config.env.name} does not (use --encoder cells or mlp)")
     if encoder == "auto":
         # mlp even where cells are declared: on HackMatrix (2e6 steps, 64 envs, exact uint8 storage) cells made
         # stage progress on one seed of two (reward/stage 0.005 -> 0.019 on seed 1, flat at 0.004 on seed 0)

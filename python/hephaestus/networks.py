@@ -82,6 +82,50 @@ class CellEncoder(nn.Module):
         return jnp.concatenate([x[..., :flat].astype(emb.dtype), emb], axis=-1)
 
 
+def player_window(obs, obs_board):
+    """For each slot of the (2 rows - 1) x (2 cols - 1) window centred on the player, row-major: the board
+    cell (row-major index) at that offset from the player, or `rows * cols` where the offset leaves the board.
+    `obs` [..., obs_dim] as stored (not standardised): obs[row_feature] * (rows - 1) is the player's row.
+    int32[..., window]."""
+    rows, cols, row_feature, col_feature = obs_board
+    row = jnp.round(obs[..., row_feature].astype(jnp.float32) * (rows - 1)).astype(jnp.int32)
+    col = jnp.round(obs[..., col_feature].astype(jnp.float32) * (cols - 1)).astype(jnp.int32)
+    d_row = jnp.repeat(jnp.arange(-(rows - 1), rows), 2 * cols - 1)  # the window's offsets, row-major
+    d_col = jnp.tile(jnp.arange(-(cols - 1), cols), 2 * rows - 1)
+    r, c = row[..., None] + d_row, col[..., None] + d_col
+    on_board = (r >= 0) & (r < rows) & (c >= 0) & (c < cols)
+    return jnp.where(on_board, r * cols + c, rows * cols)
+
+
+class EgoEncoder(nn.Module):
+    """[..., flat + cells * channels] -> [..., flat + window * cell_dim]: each cell embedded by one shared Dense
+    (as CellEncoder), then the embeddings laid out on the (2 rows - 1) x (2 cols - 1) window centred on the player
+    (`player_window`), off-board slots holding one learned embedding. Input k of the window then always means
+    "what is at this offset from the player", so a rule such as "an enemy beside the cell I would step to" reads
+    fixed inputs, where the cells encoder's board order makes the MLP find the player first. The layout is a
+    gather (on the 2-core CPU 7x faster, forward and backward, than the same as a one-hot matmul)."""
+
+    obs_cells: tuple[int, int, int]  # (flat, cells, channels)
+    obs_board: tuple[int, int, int, int]  # (rows, cols, row_feature, col_feature)
+    cell_dim: int
+    activation: str = "tanh"
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, stored_obs):
+        flat, cells, channels = self.obs_cells
+        act = nn.tanh if self.activation == "tanh" else nn.relu
+        board = x[..., flat:].reshape(x.shape[:-1] + (cells, channels))
+        emb = act(nn.Dense(self.cell_dim, kernel_init=nn.initializers.orthogonal(math.sqrt(2)),
+                           bias_init=nn.initializers.zeros, dtype=self.dtype, param_dtype=jnp.float32,
+                           name="cell")(board))
+        off_board = self.param("off_board", nn.initializers.normal(1.0), (self.cell_dim,), jnp.float32)
+        emb = jnp.concatenate([emb, jnp.broadcast_to(off_board.astype(emb.dtype), emb.shape[:-2] + (1, self.cell_dim))],
+                              axis=-2)
+        window = jnp.take_along_axis(emb, player_window(stored_obs, self.obs_board)[..., None], axis=-2)
+        return jnp.concatenate([x[..., :flat].astype(window.dtype), window.reshape(x.shape[:-1] + (-1,))], axis=-1)
+
+
 class SaliencePool(nn.Module):
     """Salience pooling (the DTC design's actor-critic bottleneck): tokens [..., L, D] and a context [..., C] ->
     (pooled [..., heads * D], weights [..., heads, L]). Each head scores every token with a small additive-attention
@@ -148,6 +192,7 @@ class ActorCritic(nn.Module):
     dtype: jnp.dtype = jnp.float32
     obs_dtype: jnp.dtype = jnp.float32  # the rollout's storage dtype: bfloat16 rounds the inputs first
     obs_cells: tuple[int, int, int] | None = None  # (flat, cells, channels) for the cell encoder; None: MLP
+    obs_board: tuple[int, int, int, int] | None = None  # (rows, cols, row_feature, col_feature): the ego encoder
     cell_dim: int = 16
     salience_heads: int = 0  # > 0: the cells are salience-pooled by this many heads (SalienceEncoder)
     # Continuous envs: the bounds `act` clips the action the env receives to (no parameters; empty if discrete).
@@ -165,6 +210,8 @@ class ActorCritic(nn.Module):
         if self.obs_cells is not None and self.salience_heads > 0:
             self.encoder = SalienceEncoder(self.obs_cells, self.cell_dim, self.salience_heads, self.activation,
                                            self.dtype)
+        elif self.obs_cells is not None and self.obs_board is not None:
+            self.encoder = EgoEncoder(self.obs_cells, self.obs_board, self.cell_dim, self.activation, self.dtype)
         elif self.obs_cells is not None:
             self.encoder = CellEncoder(self.obs_cells, self.cell_dim, self.activation, self.dtype)
         if self.normalize_obs:
@@ -181,6 +228,8 @@ class ActorCritic(nn.Module):
 
     def encode(self, obs):
         x = self._inputs(obs)
+        if self.obs_board is not None:  # the player's cell is read from the observation as stored
+            return self.encoder(x, round_obs(obs, self.obs_dtype))
         return x if self.obs_cells is None else self.encoder(x)
 
     def salience(self, obs):
@@ -236,8 +285,9 @@ class NetworkSpec:
     hidden_dim: int
     num_layers: int
     activation: str = "tanh"
-    encoder: str = "mlp"  # mlp | cells | salience
-    obs_cells: tuple[int, int, int] | None = None  # (flat, cells, channels), with the cells and salience encoders
+    encoder: str = "mlp"  # mlp | cells | salience | ego
+    obs_cells: tuple[int, int, int] | None = None  # (flat, cells, channels), with the cells, salience and ego encoders
+    obs_board: tuple[int, int, int, int] | None = None  # (rows, cols, row_feature, col_feature), with the ego encoder
     cell_dim: int = 16  # per-cell embedding width, with the cells and salience encoders
     salience_heads: int = 4  # pooling heads, with the salience encoder only
     obs_dtype: str = "float32"  # the rollout's observation storage (obs_storage.py): bfloat16 rounds the inputs
@@ -262,6 +312,7 @@ class NetworkSpec:
         return cls(obs_dim=env_spec.obs_dim, action_dim=env_spec.action_dim, discrete=env_spec.discrete,
                    hidden_dim=net.hidden_dim, num_layers=net.num_layers, activation=net.activation,
                    encoder=encoder, obs_cells=tuple(env_spec.obs_cells) if cells else None,
+                   obs_board=tuple(env_spec.obs_board) if encoder == "ego" else None,
                    cell_dim=net.cell_dim if cells else cls.META_DEFAULTS["cell_dim"],
                    salience_heads=net.salience_heads if encoder == "salience" else cls.META_DEFAULTS["salience_heads"],
                    obs_dtype=resolve_obs_dtype(config, env_spec), dtype=net.dtype,
@@ -269,7 +320,7 @@ class NetworkSpec:
                    normalize_obs=bool(net.normalize_obs))
 
     def to_meta(self) -> dict:
-        """JSON-ready; `obs_cells` and `cell_dim` only for the cells encoder."""
+        """JSON-ready; `obs_cells` and `cell_dim` only for the encoders of cells, `obs_board` for ego."""
         meta = {"obs_dim": self.obs_dim, "action_dim": self.action_dim, "discrete": self.discrete,
                 "action_low": list(self.action_low), "action_high": list(self.action_high),
                 "hidden_dim": self.hidden_dim, "num_layers": self.num_layers, "activation": self.activation,
@@ -279,6 +330,8 @@ class NetworkSpec:
             meta.update(obs_cells=list(self.obs_cells), cell_dim=self.cell_dim)
         if self.encoder == "salience":
             meta.update(salience_heads=self.salience_heads)
+        if self.encoder == "ego":
+            meta.update(obs_board=list(self.obs_board))
         return meta
 
     @classmethod
@@ -288,6 +341,8 @@ class NetworkSpec:
         missing = [k for k in cls.META_REQUIRED if k not in meta]
         if meta.get("encoder") in CELL_ENCODERS and "obs_cells" not in meta:
             missing.append("obs_cells")
+        if meta.get("encoder") == "ego" and "obs_board" not in meta:
+            missing.append("obs_board")
         if missing:
             raise ValueError(f"network metadata lacks {', '.join(missing)}")
         net = {**cls.META_DEFAULTS, **meta}
@@ -296,6 +351,7 @@ class NetworkSpec:
                    hidden_dim=int(net["hidden_dim"]), num_layers=int(net["num_layers"]),
                    activation=net["activation"], encoder=net["encoder"],
                    obs_cells=tuple(int(n) for n in net["obs_cells"]) if cells else None,
+                   obs_board=tuple(int(n) for n in net["obs_board"]) if net["encoder"] == "ego" else None,
                    cell_dim=int(net["cell_dim"]), salience_heads=int(net["salience_heads"]),
                    obs_dtype=net["obs_dtype"], dtype=net["dtype"],
                    action_low=tuple(float(x) for x in net.get("action_low", ())),
@@ -306,7 +362,8 @@ class NetworkSpec:
         return ActorCritic(action_dim=self.action_dim, discrete=self.discrete, hidden_dim=self.hidden_dim,
                            num_layers=self.num_layers, activation=self.activation,
                            dtype=jnp.bfloat16 if self.dtype == "bfloat16" else jnp.float32,
-                           obs_dtype=jnp.dtype(self.obs_dtype), obs_cells=self.obs_cells, cell_dim=self.cell_dim,
+                           obs_dtype=jnp.dtype(self.obs_dtype), obs_cells=self.obs_cells, obs_board=self.obs_board,
+                           cell_dim=self.cell_dim,
                            salience_heads=self.salience_heads if self.encoder == "salience" else 0,
                            action_low=self.action_low, action_high=self.action_high,
                            normalize_obs=self.normalize_obs, obs_dim=self.obs_dim)

@@ -164,6 +164,21 @@ def test_observations_store_exactly_in_uint8():
     assert not np.array_equal(np.asarray(wrong.from_storage(wrong.to_storage(obs))), obs)
 
 
+def test_obs_board_places_the_player_for_the_ego_encoder():
+    """HackMatrix's `obs_board` (rows, cols and the features holding the player's row and column) is right: over
+    random rollouts the ego window's centre is the player's cell, and the exit sits at its offset from him."""
+    from hephaestus.networks import player_window
+    o = _rollout()
+    obs, pos, exit_pos = o["obs"]["obs"].reshape(-1, 1545), o["st"].player_pos.ravel(), o["st"].exit_pos.ravel()
+    window = np.asarray(player_window(obs, HackMatrix.obs_board))
+    assert window.shape == (len(obs), 121)
+    np.testing.assert_array_equal(window[:, 60], pos)
+    offset = 60 + (exit_pos // 6 - pos // 6) * 11 + (exit_pos % 6 - pos % 6)
+    np.testing.assert_array_equal(window[np.arange(len(obs)), offset], exit_pos)
+    exit_channel = obs[:, 33:].reshape(-1, 36, 42)[:, :, 40]  # (R98) the exit flag, one cell per board
+    np.testing.assert_array_equal(exit_channel[np.arange(len(obs)), exit_pos], 1.0)
+
+
 @pytest.mark.heavy
 def test_R68_D6_step_with_auto_reset_equals_step_env_then_reset_env_lane_by_lane():
     """The training pipeline's adapter and HackMatrix.step generate the next stage's level and the new games in

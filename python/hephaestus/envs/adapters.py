@@ -66,6 +66,10 @@ class EnvSpec:
     # `cells` groups of `channels` values, row-major. Taken from the env's `obs_cells` attribute when it has
     # one; the `cells` encoder (networks.py) embeds each cell with shared weights.
     obs_cells: tuple[int, int, int] | None = None
+    # Optional board layout of those cells (rows, cols, row_feature, col_feature): the cells are a rows x cols
+    # board, row-major, and obs[row_feature] * (rows - 1), obs[col_feature] * (cols - 1) are the player's row
+    # and column. Taken from the env's `obs_board` attribute; the `ego` encoder centres the board on the player.
+    obs_board: tuple[int, int, int, int] | None = None
     # Optional quantisation of the observation: obs[i] * obs_quanta[i] is an integer in 0..255 for every
     # observation the env produces, so the rollout can store it exactly in uint8 (obs_storage.py). Taken from
     # the env's `obs_quanta` attribute when it has one.
@@ -183,8 +187,8 @@ def _probe_spec(name, reset_fn, discrete, action_dim, low=(), high=(), env=None)
 
 
 def with_obs_structure(spec: EnvSpec, env) -> EnvSpec:
-    """`spec` with the env's declared `obs_cells` (flat, cells, channels) and `obs_quanta`, checked against
-    obs_dim, and its `fully_masked_is_bug`."""
+    """`spec` with the env's declared `obs_cells` (flat, cells, channels), `obs_board` and `obs_quanta`, checked
+    against obs_dim, and its `fully_masked_is_bug`."""
     if getattr(env, "fully_masked_is_bug", False):
         spec = dataclasses.replace(spec, fully_masked_is_bug=True)
     quanta = getattr(env, "obs_quanta", None)
@@ -201,7 +205,15 @@ def with_obs_structure(spec: EnvSpec, env) -> EnvSpec:
     if min(flat, num_cells, channels) < 0 or flat + num_cells * channels != spec.obs_dim or not num_cells * channels:
         raise ValueError(f"{spec.name}: obs_cells {tuple(cells)} does not describe its {spec.obs_dim}-wide "
                          f"observation (flat + cells x channels must equal it)")
-    return dataclasses.replace(spec, obs_cells=(flat, num_cells, channels))
+    spec = dataclasses.replace(spec, obs_cells=(flat, num_cells, channels))
+    board = getattr(env, "obs_board", None)
+    if not board:
+        return spec
+    rows, cols, row_feature, col_feature = (int(n) for n in board)
+    if rows < 1 or cols < 1 or rows * cols != num_cells or not (0 <= row_feature < flat and 0 <= col_feature < flat):
+        raise ValueError(f"{spec.name}: obs_board {tuple(board)} must be (rows, cols, row_feature, col_feature) with "
+                         f"rows x cols = its {num_cells} cells and both features among its {flat} flat ones")
+    return dataclasses.replace(spec, obs_board=(rows, cols, row_feature, col_feature))
 
 
 def with_episode_stats(spec: EnvSpec, env) -> EnvSpec:

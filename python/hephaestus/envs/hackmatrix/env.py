@@ -89,6 +89,9 @@ class HackMatrix(spaces.Environment):
     # Observation structure (R95): obs[:33] are player features and owned-program flags, obs[33:] are
     # 36 cells x 42 channels, row-major. A network may encode the cells with shared weights.
     obs_cells = (33, 36, 42)
+    # The cells are the 6 x 6 board, row-major; obs[0] = row / 5 and obs[1] = col / 5 place the player (R96), so
+    # the ego encoder can centre the board on the player.
+    obs_board = (6, 6, 0, 1)
     # The flat observation's width and that every observation carries an action mask, declared so that adapting the
     # env traces no reset to learn them (envs/adapters.py; a test checks them against that trace).
     obs_dim = OBS_SIZE
