@@ -71,15 +71,20 @@ class CellEncoder(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        flat, cells, channels = self.obs_cells
-        act = nn.tanh if self.activation == "tanh" else nn.relu
-        board = x[..., flat:].reshape(x.shape[:-1] + (cells, channels))
-        # Dense acts on the last axis, so the same kernel [channels, cell_dim] embeds every cell.
-        emb = nn.Dense(self.cell_dim, kernel_init=nn.initializers.orthogonal(math.sqrt(2)),
-                       bias_init=nn.initializers.zeros, dtype=self.dtype, param_dtype=jnp.float32,
-                       name="cell")(board)
-        emb = act(emb).reshape(x.shape[:-1] + (cells * self.cell_dim,))
-        return jnp.concatenate([x[..., :flat].astype(emb.dtype), emb], axis=-1)
+        emb = embed_cells(x, self.obs_cells, self.cell_dim, self.activation, self.dtype)
+        emb = emb.reshape(x.shape[:-1] + (-1,))
+        return jnp.concatenate([x[..., :self.obs_cells[0]].astype(emb.dtype), emb], axis=-1)
+
+
+def embed_cells(x, obs_cells, cell_dim, activation, dtype):
+    """[..., flat + cells * channels] -> [..., cells, cell_dim]: act(Dense(board cell)), one Dense (named "cell")
+    for every cell. Called inside a compact module (CellEncoder, EgoEncoder), whose parameter it creates."""
+    flat, cells, channels = obs_cells
+    board = x[..., flat:].reshape(x.shape[:-1] + (cells, channels))
+    # Dense acts on the last axis, so the same kernel [channels, cell_dim] embeds every cell.
+    emb = nn.Dense(cell_dim, kernel_init=nn.initializers.orthogonal(math.sqrt(2)), bias_init=nn.initializers.zeros,
+                   dtype=dtype, param_dtype=jnp.float32, name="cell")(board)
+    return nn.tanh(emb) if activation == "tanh" else nn.relu(emb)
 
 
 def player_window(obs, obs_board):
@@ -98,8 +103,8 @@ def player_window(obs, obs_board):
 
 
 class EgoEncoder(nn.Module):
-    """[..., flat + cells * channels] -> [..., flat + window * cell_dim]: each cell embedded by one shared Dense
-    (as CellEncoder), then the embeddings laid out on the (2 rows - 1) x (2 cols - 1) window centred on the player
+    """[..., flat + cells * channels] -> [..., flat + window * cell_dim]: each cell embedded as in CellEncoder
+    (`embed_cells`), then the embeddings laid out on the (2 rows - 1) x (2 cols - 1) window centred on the player
     (`player_window`), off-board slots holding one learned embedding. Input k of the window then always means
     "what is at this offset from the player", so a rule such as "an enemy beside the cell I would step to" reads
     fixed inputs, where the cells encoder's board order makes the MLP find the player first. The layout is a
@@ -113,17 +118,13 @@ class EgoEncoder(nn.Module):
 
     @nn.compact
     def __call__(self, x, stored_obs):
-        flat, cells, channels = self.obs_cells
-        act = nn.tanh if self.activation == "tanh" else nn.relu
-        board = x[..., flat:].reshape(x.shape[:-1] + (cells, channels))
-        emb = act(nn.Dense(self.cell_dim, kernel_init=nn.initializers.orthogonal(math.sqrt(2)),
-                           bias_init=nn.initializers.zeros, dtype=self.dtype, param_dtype=jnp.float32,
-                           name="cell")(board))
+        emb = embed_cells(x, self.obs_cells, self.cell_dim, self.activation, self.dtype)
         off_board = self.param("off_board", nn.initializers.normal(1.0), (self.cell_dim,), jnp.float32)
         emb = jnp.concatenate([emb, jnp.broadcast_to(off_board.astype(emb.dtype), emb.shape[:-2] + (1, self.cell_dim))],
                               axis=-2)
         window = jnp.take_along_axis(emb, player_window(stored_obs, self.obs_board)[..., None], axis=-2)
-        return jnp.concatenate([x[..., :flat].astype(window.dtype), window.reshape(x.shape[:-1] + (-1,))], axis=-1)
+        return jnp.concatenate([x[..., :self.obs_cells[0]].astype(window.dtype), window.reshape(x.shape[:-1] + (-1,))],
+                               axis=-1)
 
 
 class SaliencePool(nn.Module):
