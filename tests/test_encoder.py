@@ -111,6 +111,11 @@ def test_auto_resolution_of_encoder_and_obs_dtype():
     with pytest.raises(ConfigError, match="--obs-dtype uint8 needs an env that declares obs_quanta"):
         resolve_obs_dtype(auto.replace(obs_dtype="uint8"), small)
     assert resolve_encoder(auto.replace(encoder="mlp"), hm) == "mlp"
+    # HackMatrix's default (config.ENV_DEFAULTS) is ego, where its board layout is declared; the dreamers keep mlp.
+    hm_board = dataclasses.replace(hm, obs_board=(6, 6, 0, 1))
+    assert resolve_encoder(auto, hm_board) == "ego"
+    assert resolve(TrainConfig.from_flat(agent="dreamer"), hm_board)[0].network.encoder == "mlp"
+    assert resolve_encoder(auto.replace(env="gymnax:CartPole-v1"), hm_board) == "mlp"  # ego is HackMatrix's default
     with pytest.raises(ConfigError, match="needs an env that declares obs_cells"):
         resolve_encoder(auto.replace(encoder="cells"), small)
 
