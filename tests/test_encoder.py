@@ -5,6 +5,7 @@ as t/3 that bfloat16 cannot hold exactly, so rounding is visible. Configs are ti
 """
 
 import dataclasses
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +15,7 @@ from gymnax.environments import spaces
 
 from hephaestus import checkpoint as ck
 from hephaestus import networks as nets
+from hephaestus import config as cfg
 from hephaestus.config import ConfigError, TrainConfig, resolve, resolve_encoder, resolve_obs_dtype
 from hephaestus.envs.adapters import EnvSpec, adapt_gymnax
 from hephaestus.export import load_params_npz, network_from_meta, network_meta, save_params_npz
@@ -111,11 +113,14 @@ def test_auto_resolution_of_encoder_and_obs_dtype():
     with pytest.raises(ConfigError, match="--obs-dtype uint8 needs an env that declares obs_quanta"):
         resolve_obs_dtype(auto.replace(obs_dtype="uint8"), small)
     assert resolve_encoder(auto.replace(encoder="mlp"), hm) == "mlp"
-    # HackMatrix's default (config.ENV_DEFAULTS) is ego, where its board layout is declared; the dreamers keep mlp.
+    # auto takes the env family's encoder from config.ENV_DEFAULTS where the env declares what it reads: with ego
+    # as HackMatrix's, ego where the board layout is declared, mlp where not, and mlp for the dreamers.
     hm_board = dataclasses.replace(hm, obs_board=(6, 6, 0, 1))
-    assert resolve_encoder(auto, hm_board) == "ego"
-    assert resolve(TrainConfig.from_flat(agent="dreamer"), hm_board)[0].network.encoder == "mlp"
-    assert resolve_encoder(auto.replace(env="gymnax:CartPole-v1"), hm_board) == "mlp"  # ego is HackMatrix's default
+    assert resolve_encoder(auto, hm_board) == "mlp"  # today's default
+    with mock.patch.dict(cfg.ENV_DEFAULTS, {"hackmatrix": {**cfg.ENV_DEFAULTS["hackmatrix"], "encoder": "ego"}}):
+        assert resolve_encoder(auto, hm_board) == "ego" and resolve_encoder(auto, hm) == "mlp"
+        assert resolve(TrainConfig.from_flat(agent="dreamer"), hm_board)[0].network.encoder == "mlp"
+        assert resolve_encoder(auto.replace(env="gymnax:CartPole-v1"), hm_board) == "mlp"
     with pytest.raises(ConfigError, match="needs an env that declares obs_cells"):
         resolve_encoder(auto.replace(encoder="cells"), small)
 
