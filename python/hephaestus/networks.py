@@ -10,7 +10,8 @@ Encoders (`--encoder`): `mlp` feeds the flat observation to each MLP. `cells`, f
 cell's channels through one Dense(channels -> cell_dim) shared by all cells (a 1x1 convolution over the board),
 then concatenates the flat features and the cell embeddings before the usual MLPs (`salience`: the cell
 embeddings, each with a learned position embedding, are salience-pooled into a few vectors instead: SaliencePool,
-the DTC design's bottleneck; the flat features are the pooling's context). On HackMatrix `cells` turns the
+the DTC design's bottleneck; the flat features are the pooling's context; `ego`, for envs that also declare
+`obs_board`: the embeddings laid out on a window centred on the player, EgoEncoder). On HackMatrix `cells` turns the
 1545-wide first layer (85% of the arithmetic) into 42 -> 16 per cell plus 609 -> hidden: about half the
 multiply-adds of the whole network. The encoder (688 parameters) is shared by actor and critic, so it runs once
 per observation; a shared torso would halve the rest too, but the torsos stay separate for the reason above.
