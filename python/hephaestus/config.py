@@ -663,23 +663,30 @@ def fill_auto(config: TrainConfig, values: dict) -> TrainConfig:
     return config.replace(**{name: value for name, value in values.items() if table[name].get(config) is None})
 
 
+def _undeclared_structure(encoder: str, spec) -> str | None:
+    """What `encoder` reads that the env (`spec`) does not declare, or None: obs_cells for the encoders of cells,
+    and obs_board as well for ego."""
+    if encoder in CELL_ENCODERS and not getattr(spec, "obs_cells", None):
+        return "obs_cells (flat, cells, channels)"
+    if encoder == "ego" and not getattr(spec, "obs_board", None):
+        return "obs_board (rows, cols, row_feature, col_feature)"
+    return None
+
+
 def resolve_encoder(config: TrainConfig, spec) -> str:
     """The encoder for this env (`spec`: envs.adapters.EnvSpec), "auto" settled. Raises ConfigError for an
     encoder of cells on an env that does not declare its cell structure (ego: and its board layout)."""
-    cells = getattr(spec, "obs_cells", None)
     encoder = config.network.encoder
-    if encoder in CELL_ENCODERS and not cells:
-        raise ConfigError(f"--encoder {encoder} needs an env that declares obs_cells (flat, cells, channels); "
-                          f"{config.env.name} does not (use --encoder mlp)")
-    if encoder == "ego" and not getattr(spec, "obs_board", None):
-        raise ConfigError(f"--encoder ego needs an env that declares obs_board (rows, cols, row_feature, "
-                          f"col_feature); {config.env.name} does not (use --encoder cells or mlp)")
     if encoder == "auto":  # the env family's default (ENV_DEFAULTS), where the env declares what it reads
         # The dreamers' actor also reads decoded (imagined) observations, whose player features are not exact
         # cell coordinates: they keep the MLP they were measured with.
         default = "mlp" if learns_by_dreaming(config) else env_defaults(config.env.name)["encoder"]
-        readable = default == "mlp" or (cells and (default != "ego" or getattr(spec, "obs_board", None)))
-        return default if readable else "mlp"
+        return "mlp" if _undeclared_structure(default, spec) else default
+    missing = _undeclared_structure(encoder, spec)
+    if missing:
+        fallback = "cells or mlp" if missing.startswith("obs_board") else "mlp"
+        raise ConfigError(f"--encoder {encoder} needs an env that declares {missing}; {config.env.name} does not "
+                          f"(use --encoder {fallback})")
     return encoder
 
 
