@@ -9,7 +9,9 @@ import numpy as np
 from hephaestus.envs.hackmatrix import make_state
 from hephaestus.envs.hackmatrix.constants import A_RESET, A_SIPHON, P_ROW
 from hephaestus.envs.hackmatrix.observe import action_mask
-from hephaestus.envs.hackmatrix.scripted import exit_rush, exit_rush_programs, exit_rush_safe, exit_rush_siphon
+from hephaestus.envs.hackmatrix.scripted import (
+    exit_rush, exit_rush_deep, exit_rush_programs, exit_rush_safe, exit_rush_siphon,
+)
 
 UP, DOWN, LEFT, RIGHT = 0, 1, 2, 3  # R5: row + 1, row - 1, col - 1, col + 1
 
@@ -60,6 +62,19 @@ def test_exit_rush_safe_and_programs_step_around_an_enemy_they_would_end_beside(
     # A virus moves twice (R54): two steps away is as near as beside.
     virus = make_state(player=(2, 2), exit=(2, 5), enemies=[{"type": "virus", "pos": (4, 3)}])
     assert actions(exit_rush_programs, virus) == {DOWN, LEFT}
+
+
+def test_exit_rush_deep_plays_the_enemy_phase_itself():
+    # The daemon beside (2,3): deep also steps around it, since its own enemy phase deals the hit.
+    beside = make_state(player=(2, 2), exit=(2, 5), enemies=[{"type": "daemon", "pos": (3, 3)}])
+    assert actions(exit_rush_deep, beside) <= {DOWN, LEFT}
+    # A cryptog out of the player's row and column is hidden (R20): the safe rusher counts only what the
+    # observation shows and walks beside it; deep plays the real phase, where it attacks (R56), and goes round.
+    hidden = make_state(player=(2, 2), exit=(2, 5), enemies=[{"type": "cryptog", "pos": (3, 3)}])
+    assert actions(exit_rush_safe, hidden) == {RIGHT}
+    assert actions(exit_rush_deep, hidden) <= {DOWN, LEFT}
+    # Nothing near: straight for the exit.
+    assert actions(exit_rush_deep, make_state(player=(2, 2), exit=(2, 5))) == {RIGHT}
 
 
 def test_exit_rush_programs_plays_an_owned_program_when_its_moment_comes():

@@ -14,6 +14,8 @@ what the observation allows.
 * ``exit-rush-safe``: the rusher with one step of look-ahead: each direction is played with the env's own
   move-or-attack, and the hits the enemy phase after it would deal (seen enemies beside, viruses within two)
   weigh ``DAMAGE_STEPS`` steps each. It steps around an enemy it would end beside and shoots one in line.
+* ``exit-rush-deep``: ``exit-rush-safe`` two turns deep: each direction is played with the env's own move and
+  enemy phase, then costed by the safe rusher's best next step from where it leaves the player.
 * ``exit-rush-programs``: ``exit-rush-safe`` toward a waypoint: a pick-up or a siphon cross worth its detour
   (new programs and credits/energy, less the transmissions its blocks release), siphoning there; and it plays
   an owned program when its moment comes (``PROGRAM_ORDER``). Its weights were set by hand on evaluation seed 0
@@ -30,6 +32,10 @@ from .constants import (
     P_ATKP, P_CALM, P_COL, P_CRASH, P_DBOM, P_DEBUG, P_DELAY, P_EXCH, P_HACK, P_PUSH, P_REDUC, P_RESET, P_ROW,
     P_SCORE, P_SHOW, P_SIPHP, P_STEP, P_ANTIV, P_WARP, PROGRAM_ENERGY, VIRUS,
 )
+from . import rng
+from .enemies import enemy_phase
+from .observe import action_mask
+from .state import select
 from .step import move_or_attack
 
 UNREACHED = 99  # pathfinding.bfs_layers_dist's distance of a cell it cannot reach
@@ -152,12 +158,12 @@ def _seen_enemies(state):
             & ((state.ent_type != CRYPTOG) | in_line | state.show_activated))
 
 
-def _step_safely(goal_dist, state, mask, key):
-    """(action, hits): the direction that best trades steps toward the goal (``goal_dist``) against the hits
-    the next enemy phase would deal after it, and those hits. Each direction is played with the env's own
-    move-or-attack (R41-R45): an attack stuns or kills its target and stays; a move onto the exit skips the
-    enemy phase (R39). A hit is an unstunned seen enemy beside the player after the action, or a virus within
-    two steps (it moves twice, R54)."""
+def _safe_costs(goal_dist, state):
+    """(cost, hits), float32[4] and int32[4]: for each direction, the steps from where the env's own
+    move-or-attack (R41-R45) leaves the player to the goal (``goal_dist``) plus ``DAMAGE_STEPS`` per hit the next
+    enemy phase would deal there, and those hits. An attack stuns or kills its target and stays; a move onto the
+    exit skips the enemy phase (R39). A hit is an unstunned seen enemy beside the player after the action, or a
+    virus within two steps (it moves twice, R54)."""
     def outcome(d):
         after, _, _, reached = move_or_attack(state, d)
         return after.player_pos, after.ent_active & ~after.ent_stunned, reached
@@ -169,7 +175,14 @@ def _step_safely(goal_dist, state, mask, key):
     reach = jnp.where(state.ent_type == VIRUS, 2, 1)[None, :]
     hits = jnp.sum(acting & _seen_enemies(state)[None, :] & (gap <= reach), axis=1)
     hits = jnp.where(reached, 0, hits)
-    action, direction = _cheapest_direction(goal_dist[pos] + DAMAGE_STEPS * hits, mask, key)
+    return goal_dist[pos] + DAMAGE_STEPS * hits, hits
+
+
+def _step_safely(goal_dist, state, mask, key):
+    """(action, hits): the direction that best trades steps toward the goal (``goal_dist``) against the hits
+    the next enemy phase would deal after it (``_safe_costs``), and those hits."""
+    cost, hits = _safe_costs(goal_dist, state)
+    action, direction = _cheapest_direction(cost, mask, key)
     return action, jnp.where(jnp.any(mask[:4]), hits[direction], 0)
 
 
@@ -178,6 +191,31 @@ def exit_rush_safe(state, mask, key):
     (``_step_safely``): it steps around an enemy it would end beside, or shoots one in line. It never siphons
     and never plays a program."""
     return _step_safely(_exit_distances(state), state, mask, key)[0]
+
+
+DEATH_STEPS = 100.0           # exit-rush-deep: a turn that ends the game weighs as much as this many steps
+NO_WAY = 1000.0               # exit-rush-deep: the cost of a turn after which no direction is allowed (not on 6 x 6)
+
+
+def exit_rush_deep(state, mask, key):
+    """``exit_rush_safe`` two turns deep. Each direction is played with the env's own move-or-attack and enemy
+    phase (R52; its random order drawn from ``key``, and every enemy acts, seen or not); the turn after is
+    costed by ``_safe_costs`` from where that leaves the player, its cheapest allowed direction counted. A hit
+    in the played phase weighs ``DAMAGE_STEPS``, a death ``DEATH_STEPS``, a move onto the exit nothing. It never
+    siphons and never plays a program."""
+    to_exit = _exit_distances(state)    # moves, attacks and enemy phases move no block: one search serves both turns
+    key_phase, key_tie = jax.random.split(key)
+    phase_seed = rng.seed(key_phase)
+
+    def turn(d):
+        moved, _, _, reached = move_or_attack(state, d)
+        after = select(reached, moved, enemy_phase(moved, phase_seed)[0])
+        next_cost, _ = _safe_costs(to_exit, after)
+        best_next = jnp.min(jnp.where(action_mask(after)[:4], next_cost, NO_WAY))
+        cost = DAMAGE_STEPS * (state.hp - after.hp) + best_next
+        return jnp.where(reached, 0.0, jnp.where(after.hp == 0, DEATH_STEPS, cost))
+
+    return _cheapest_direction(jax.vmap(turn)(jnp.arange(4)), mask, key_tie)[0]
 
 
 def exit_rush_programs(state, mask, key):
@@ -208,4 +246,4 @@ def exit_rush_programs(state, mask, key):
 
 
 POLICIES = {"exit-rush": exit_rush, "exit-rush-siphon": exit_rush_siphon, "exit-rush-safe": exit_rush_safe,
-            "exit-rush-programs": exit_rush_programs}
+            "exit-rush-deep": exit_rush_deep, "exit-rush-programs": exit_rush_programs}
