@@ -414,6 +414,8 @@ CASES = {
                                                             teacher="exit-rush-safe")),
     "hackmatrix-ppo-2048x128-programs": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp",
                                                                 teacher="exit-rush-programs")),
+    # Two turns deep: four enemy phases and twenty move-or-attacks per env per step, on the ego student it teaches.
+    "hackmatrix-ppo-2048x128-deep": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="ego", teacher="exit-rush-deep")),
     # Half-width MLP (128): 1.65x the default's speed. Not the default: in 2e6-step runs at HackMatrix's entropy
     # bonus it cleared stages on 4 of 5 seeds against 5 of 5 for width 256, and less of them (specs/hackmatrix.md).
     "hackmatrix-ppo-2048x128-h128": (bench_hephaestus, dict(HACKMATRIX_2048X128, hidden_dim=128, encoder="mlp")),
