@@ -49,7 +49,8 @@ def test_presets_load_and_validate():
         (4, 4, 2.5e-4, 0.01)
     assert (cartpole.network.hidden_dim, cartpole.network.num_layers, cartpole.network.activation) == (64, 2, "tanh")
     tpu = presets["hackmatrix-tpu"]
-    assert (tpu.env.name, tpu.env.num_envs, tpu.env.total_timesteps) == ("hackmatrix", 2048, 10**8)
+    assert (tpu.env.name, tpu.env.num_envs, tpu.env.total_timesteps) == ("hackmatrix", 2048, 5 * 10**7)
+    assert (tpu.ppo.teacher, tpu.network.encoder) == ("exit-rush-safe", "ego")  # the measured best run's
     assert (tpu.ppo.num_minibatches, tpu.ppo.update_epochs) == (32, 2)  # auto-scaled
     assert presets["deepsea-dtc"].extra_stages == cfg.DTC_STAGES
 
