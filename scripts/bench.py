@@ -390,10 +390,10 @@ CASES = {
                                                                    config_file="configs/deepsea-dtc.yaml",
                                                                    **DEEPSEA_PROTOCOL)),
     "hackmatrix-random-2048": (bench_random_policy, dict(env_name="hackmatrix", num_envs=2048, steps_per_chunk=64)),
-    # Defaults (MLP, exit-rush teacher, exact uint8 observation storage), then one option changed each:
-    # configs/hackmatrix-tpu.yaml's network and teacher (-ego: ego encoder, exit-rush-safe), the other encoders,
-    # float32 storage (the default before uint8). Issue 3's targets at 2048 x 128: >= 18,000 env steps/s, peak < 2 GiB,
-    # compile < 15 s.
+    # Defaults (the ego encoder and the exit-rush-safe teacher since 27 Nov, as configs/hackmatrix-tpu.yaml; exact
+    # uint8 observation storage), then one option changed each: the previous default (-mlp: MLP, exit-rush teacher),
+    # the other encoders, float32 storage (the default before uint8). Issue 3's targets at 2048 x 128: >= 18,000 env
+    # steps/s, peak < 2 GiB, compile < 15 s.
     "hackmatrix-ppo-2048x128": (bench_hephaestus, dict(HACKMATRIX_2048X128)),
     "hackmatrix-ppo-8192x128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=8192, num_steps=128,
                                                        updates_per_chunk=1)),
@@ -405,7 +405,7 @@ CASES = {
                                                            updates_per_chunk=4, num_seeds=4)),
     "hackmatrix-ppo-2048x128-cells": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="cells")),
     "hackmatrix-ppo-2048x128-salience": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="salience")),
-    "hackmatrix-ppo-2048x128-ego": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="ego", teacher="exit-rush-safe")),
+    "hackmatrix-ppo-2048x128-mlp": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp", teacher="exit-rush")),
     "hackmatrix-ppo-2048x128-f32": (bench_hephaestus, dict(HACKMATRIX_2048X128, obs_dtype="float32")),
     # The teachers' cost on the MLP (as first measured, beside the default's exit-rush): --teacher none, and the
     # look-ahead teachers (four move-or-attacks and up to three breadth-first searches per env per step, not one).

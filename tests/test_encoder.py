@@ -113,14 +113,14 @@ def test_auto_resolution_of_encoder_and_obs_dtype():
     with pytest.raises(ConfigError, match="--obs-dtype uint8 needs an env that declares obs_quanta"):
         resolve_obs_dtype(auto.replace(obs_dtype="uint8"), small)
     assert resolve_encoder(auto.replace(encoder="mlp"), hm) == "mlp"
-    # auto takes the env family's encoder from config.ENV_DEFAULTS where the env declares what it reads: with ego
-    # as HackMatrix's, ego where the board layout is declared, mlp where not, and mlp for the dreamers.
+    # auto takes the env family's encoder from config.ENV_DEFAULTS where the env declares what it reads: ego is
+    # HackMatrix's, so ego where the board layout is declared, mlp where not, and mlp for the dreamers.
     hm_board = dataclasses.replace(hm, obs_board=(6, 6, 0, 1))
-    assert resolve_encoder(auto, hm_board) == "mlp"  # today's default
-    with mock.patch.dict(cfg.ENV_DEFAULTS, {"hackmatrix": {**cfg.ENV_DEFAULTS["hackmatrix"], "encoder": "ego"}}):
-        assert resolve_encoder(auto, hm_board) == "ego" and resolve_encoder(auto, hm) == "mlp"
-        assert resolve(TrainConfig.from_flat(agent="dreamer"), hm_board)[0].network.encoder == "mlp"
-        assert resolve_encoder(auto.replace(env="gymnax:CartPole-v1"), hm_board) == "mlp"
+    assert resolve_encoder(auto, hm_board) == "ego" and resolve_encoder(auto, hm) == "mlp"
+    assert resolve(TrainConfig.from_flat(agent="dreamer"), hm_board)[0].network.encoder == "mlp"
+    assert resolve_encoder(auto.replace(env="gymnax:CartPole-v1"), hm_board) == "mlp"  # ego is HackMatrix's default
+    with mock.patch.dict(cfg.ENV_DEFAULTS, {"hackmatrix": {**cfg.ENV_DEFAULTS["hackmatrix"], "encoder": "cells"}}):
+        assert resolve_encoder(auto, hm) == "cells"  # any family default is read from the table
     with pytest.raises(ConfigError, match="needs an env that declares obs_cells"):
         resolve_encoder(auto.replace(encoder="cells"), small)
 
