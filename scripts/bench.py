@@ -407,7 +407,7 @@ CASES = {
     "hackmatrix-ppo-2048x128-salience": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="salience")),
     "hackmatrix-ppo-2048x128-mlp": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp", teacher="exit-rush")),
     "hackmatrix-ppo-2048x128-f32": (bench_hephaestus, dict(HACKMATRIX_2048X128, obs_dtype="float32")),
-    # The teachers' cost on the MLP (as first measured, beside the default's exit-rush): --teacher none, and the
+    # The teachers' cost on the MLP (as first measured, beside -mlp's exit-rush): --teacher none, and the
     # look-ahead teachers (four move-or-attacks and up to three breadth-first searches per env per step, not one).
     "hackmatrix-ppo-2048x128-noteacher": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp", teacher="none")),
     "hackmatrix-ppo-2048x128-safe": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp",
@@ -416,7 +416,7 @@ CASES = {
                                                                 teacher="exit-rush-programs")),
     # Two turns deep: four enemy phases and twenty move-or-attacks per env per step, on the ego student it teaches.
     "hackmatrix-ppo-2048x128-deep": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="ego", teacher="exit-rush-deep")),
-    # Half-width MLP (128): 1.65x the default's speed. Not the default: in 2e6-step runs at HackMatrix's entropy
+    # Half-width MLP (128): 1.65x the width-256 MLP's speed. Not the default width: in 2e6-step runs at HackMatrix's entropy
     # bonus it cleared stages on 4 of 5 seeds against 5 of 5 for width 256, and less of them (specs/hackmatrix.md).
     "hackmatrix-ppo-2048x128-h128": (bench_hephaestus, dict(HACKMATRIX_2048X128, hidden_dim=128, encoder="mlp")),
 }
