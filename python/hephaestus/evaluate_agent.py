@@ -40,7 +40,8 @@ def build_parser():
     p.add_argument("--random", action="store_true", help="the masked-uniform random policy instead of an agent "
                    "(a baseline; needs --env or a path naming the env)")
     p.add_argument("--scripted", metavar="NAME", help="one of the env's scripted baselines instead of an agent "
-                   "(HackMatrix: exit-rush, exit-rush-siphon, exit-rush-safe, exit-rush-programs; needs --env)")
+                   "(HackMatrix: exit-rush, exit-rush-siphon, exit-rush-safe, exit-rush-deep, exit-rush-programs; "
+                   "needs --env)")
     p.add_argument("--env", help="environment for --random or --scripted, or for a file that names none")
     p.add_argument("--seed-index", type=int, default=None, help="which agent of a --num-seeds file (default: 0)")
     p.add_argument("--json", metavar="FILE", help="also write the metrics and per-episode results to FILE")
