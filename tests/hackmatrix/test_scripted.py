@@ -114,3 +114,25 @@ def test_evaluate_scripted_plays_the_baseline_through_the_evaluation_program(tmp
     # policy in 16%, so 6 of 8 is beyond its reach (p ~ 1e-4). It never siphons or plays a program.
     assert metrics["eval/stage_reached>=2"] >= 0.75
     assert metrics["eval/siphons_used_per_episode"] == 0 and metrics["eval/programs_played_per_episode"] == 0
+
+
+def test_every_scripted_policy_is_named_where_users_choose_one():
+    """evaluate.py --help (--scripted), the --teacher flag's help and the README's option table list the names by
+    hand; a new policy missing from one of them (exit-rush-deep was, in evaluate.py) fails here."""
+    import pathlib
+    import re
+
+    from hephaestus.cli import build_parser as build_train_parser
+    from hephaestus.envs.hackmatrix.scripted import POLICIES
+    from hephaestus.evaluate_agent import build_parser as build_eval_parser
+
+    def option_help(parser, dest):
+        return next(a.help for a in parser._actions if a.dest == dest)
+
+    readme_row = next(line for line in (pathlib.Path(__file__).parents[2] / "README.md").read_text().splitlines()
+                      if line.startswith("| `--teacher`"))
+    lists = {"evaluate.py --scripted": option_help(build_eval_parser(), "scripted"),
+             "train --teacher": option_help(build_train_parser(), "teacher"), "README --teacher row": readme_row}
+    for where, text in lists.items():
+        for name in POLICIES:  # the whole name: exit-rush must not be found inside exit-rush-safe
+            assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text), f"{name} missing from {where}"
