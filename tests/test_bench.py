@@ -82,6 +82,9 @@ def test_every_pipeline_case_builds_the_config_it_names():
     assert "rnd" in configs["deepsea20-16x32-rnd"].extra_stages
     assert "count_bonus" in configs["deepsea20-16x32-count"].extra_stages
     assert configs["deepsea20-16x32"].extra_stages == ()
+    narrow = configs["hackmatrix-ppo-2048x128-h128c8"]  # the narrower ego student of specs/hackmatrix.md
+    assert (narrow.network.hidden_dim, narrow.network.cell_dim, narrow.network.encoder, narrow.ppo.teacher) == \
+        (128, 8, "ego", "exit-rush-programs")
     for name, config in configs.items():  # the DeepSea cases share the experiment's PPO settings
         if name.startswith("deepsea"):
             assert (config.env.num_envs, config.env.num_steps, config.ppo.num_minibatches, config.ppo.update_epochs,
@@ -106,3 +109,30 @@ def test_world_model_case_times_the_stage_of_its_chunk_case():
     assert steps > 1
     assert f"({steps} gradient steps per update)" in result["detail"]
     assert math.isfinite(result["steps_per_s"]) and result["steps_per_s"] > 0 and result["compile_s"] > 0
+
+
+def test_network_cost_benchmark_times_the_network_hackmatrix_trains(capsys):
+    """benchmarks/network_cost.py (the widths of specs/hackmatrix.md, "A narrower ego student") builds the ego
+    actor-critic a HackMatrix run builds at each size: its parameter count is the one the encoder's layout implies
+    (cell embedding, off-board embedding, two MLPs on the flat features plus the 11 x 11 window); bad sizes are one
+    line and exit 2."""
+    import importlib.util
+
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("network_cost", os.path.join(ROOT, "benchmarks", "network_cost.py"))
+    network_cost = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(network_cost)
+    network_cost.main(["--sizes", "16,4", "8,2", "--batch", "32", "--repeats", "1"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("hidden")]
+    assert len(lines) == 2
+
+    def expected_params(hidden, cell, flat=33, channels=42, window=121, actions=28):
+        mlp = lambda out: (flat + window * cell) * hidden + hidden + hidden * hidden + hidden + hidden * out + out
+        return channels * cell + cell + cell + mlp(actions) + mlp(1)
+
+    for line, (hidden, cell) in zip(lines, [(16, 4), (8, 2)]):
+        assert f"{expected_params(hidden, cell):,d} parameters" in line, line
+    with pytest.raises(SystemExit) as exit_info:
+        network_cost.main(["--sizes", "128"])
+    assert exit_info.value.code == 2 and "HIDDEN,CELL_DIM" in capsys.readouterr().err
