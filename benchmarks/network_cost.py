@@ -25,16 +25,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from hephaestus.envs.hackmatrix.constants import NUM_ACTIONS  # noqa: E402
-from hephaestus.envs.hackmatrix.env import HackMatrix  # noqa: E402
-from hephaestus.networks import ActorCritic  # noqa: E402
+from hephaestus.config import TrainConfig, resolve, resolve_for_env  # noqa: E402
+from hephaestus.envs.registry import make_env  # noqa: E402
+from hephaestus.networks import make_network  # noqa: E402
+
+ENV = "hackmatrix"
 
 
-def random_observations(key, batch):
+def random_observations(key, env_spec, batch):
     """Uniform features with a valid player row and column (obs[0], obs[1] = row / 5, col / 5, R96)."""
     obs_key, row_key, col_key = jax.random.split(key, 3)
-    obs = jax.random.uniform(obs_key, (batch, HackMatrix.obs_dim))
-    rows, cols = HackMatrix.obs_board[:2]
+    obs = jax.random.uniform(obs_key, (batch, env_spec.obs_dim))
+    rows, cols = env_spec.obs_board[:2]
     obs = obs.at[:, 0].set(jax.random.randint(row_key, (batch,), 0, rows) / (rows - 1))
     return obs.at[:, 1].set(jax.random.randint(col_key, (batch,), 0, cols) / (cols - 1))
 
@@ -49,12 +51,12 @@ def median_ms(fn, args, repeats):
     return 1000 * statistics.median(times)
 
 
-def network_cost(hidden_dim, cell_dim, encoder, batch, repeats, key):
-    net = ActorCritic(action_dim=NUM_ACTIONS, discrete=True, hidden_dim=hidden_dim, num_layers=2,
-                      obs_cells=None if encoder == "mlp" else HackMatrix.obs_cells,
-                      obs_board=HackMatrix.obs_board if encoder == "ego" else None, cell_dim=cell_dim)
+def network_cost(env, hidden_dim, cell_dim, encoder, batch, repeats, key):
+    # The network a training run builds (ppo.make_train's path): the config resolved for the env, then make_network.
+    config = resolve(TrainConfig().replace(env=ENV, hidden_dim=hidden_dim, cell_dim=cell_dim, encoder=encoder))[0]
+    net = make_network(env.spec, resolve_for_env(config, env.spec))
     init_key, obs_key = jax.random.split(key)
-    obs = random_observations(obs_key, batch)
+    obs = random_observations(obs_key, env.spec, batch)
     params = net.init(init_key, obs[:2])
 
     def loss(params, obs):  # both heads, so both first layers and the shared encoder get gradients
@@ -83,9 +85,9 @@ def main(argv=None):
     except ValueError:
         parser.error(f"--sizes takes HIDDEN,CELL_DIM pairs of positive integers, got {' '.join(args.sizes)}")
     print(f"{args.encoder} encoder, batch {args.batch}, {jax.devices()[0].platform}")
-    base = None
+    env, base = make_env(ENV), None
     for hidden_dim, cell_dim in sizes:
-        fwd, grad, n_params = network_cost(hidden_dim, cell_dim, args.encoder, args.batch, args.repeats,
+        fwd, grad, n_params = network_cost(env, hidden_dim, cell_dim, args.encoder, args.batch, args.repeats,
                                            jax.random.PRNGKey(0))
         per_step_us = 1000 * (fwd + args.epochs * grad) / args.batch
         base = base or per_step_us

@@ -420,8 +420,8 @@ CASES = {
     # bonus it cleared stages on 4 of 5 seeds against 5 of 5 for width 256, and less of them (specs/hackmatrix.md).
     "hackmatrix-ppo-2048x128-h128": (bench_hephaestus, dict(HACKMATRIX_2048X128, hidden_dim=128, encoder="mlp")),
     # The ego student at half width and half the cell embedding (--hidden-dim 128 --cell-dim 8), with the programs
-    # teacher: trained 2.1-2.5x faster than the defaults' width on the 2-core CPU, learning slower per env step
-    # (specs/hackmatrix.md, "A narrower ego student").
+    # teacher: trained 2.0-2.1x faster than the defaults' width at 2048 envs on the 2-core CPU, learning slower per
+    # env step (specs/hackmatrix.md, "A narrower ego student").
     "hackmatrix-ppo-2048x128-h128c8": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="ego", hidden_dim=128, cell_dim=8,
                                                               teacher="exit-rush-programs")),
 }

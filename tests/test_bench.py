@@ -58,11 +58,11 @@ def test_a_failing_reference_is_reported_by_the_case_not_a_traceback(tmp_path):
     assert "failed" in line and "distrax" in line
 
 
-def load_bench():
-    """scripts/bench.py as a module (scripts/ is not a package)."""
+def load_bench(path=BENCH):
+    """scripts/bench.py (or another script at `path`) as a module (scripts/ and benchmarks/ are run, not imported)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench", BENCH)
+    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     return bench
@@ -116,13 +116,9 @@ def test_network_cost_benchmark_times_the_network_hackmatrix_trains(capsys):
     actor-critic a HackMatrix run builds at each size: its parameter count is the one the encoder's layout implies
     (cell embedding, off-board embedding, two MLPs on the flat features plus the 11 x 11 window); bad sizes are one
     line and exit 2."""
-    import importlib.util
-
     import pytest
 
-    spec = importlib.util.spec_from_file_location("network_cost", os.path.join(ROOT, "benchmarks", "network_cost.py"))
-    network_cost = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(network_cost)
+    network_cost = load_bench(os.path.join(ROOT, "benchmarks", "network_cost.py"))
     network_cost.main(["--sizes", "16,4", "8,2", "--batch", "32", "--repeats", "1"])
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("hidden")]
     assert len(lines) == 2
