@@ -159,8 +159,9 @@ def bench_world_model_stage(env_name, num_envs, num_steps, updates_per_chunk, co
 def bench_reference(env_id, num_envs, num_steps, updates_per_chunk, hidden_dim, num_layers):
     import importlib.util
 
-    import gymnax
     import jax
+
+    from hephaestus.envs.gymnax_import import import_gymnax
 
     from hephaestus.config import auto_scale_for_batch_size
 
@@ -170,7 +171,7 @@ def bench_reference(env_id, num_envs, num_steps, updates_per_chunk, hidden_dim, 
     reference = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reference)
     make_reference_train = reference.make_reference_train
-    env, params = gymnax.make(env_id)
+    env, params = import_gymnax().make(env_id)
     minibatches, epochs = auto_scale_for_batch_size(num_envs, num_steps)
     init, chunk = make_reference_train(env, params, num_envs, num_steps, minibatches, epochs, hidden_dim, num_layers)
     state = init(jax.random.PRNGKey(0))

@@ -41,11 +41,11 @@ AGENTS = {
 }
 
 
-def train(agent: str, extra: list[str], out_dir: str, seeds: int, timesteps: float) -> str:
+def train(agent: str, extra: list[str], out_dir: str, seeds: int, timesteps: float, eval_episodes: int) -> str:
     run_dir = os.path.join(out_dir, agent)
     cmd = [sys.executable, TRAIN, *AGENTS[agent], *extra, "--num-seeds", str(seeds), "--seed", "0",
            "--total-timesteps", str(int(timesteps)), "--run-name", agent, "--checkpoint-dir", out_dir,
-           "--no-wandb", "--final-eval-episodes", "100"]
+           "--no-wandb", "--final-eval-episodes", str(eval_episodes)]
     print("+", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True)
     return run_dir
@@ -185,11 +185,15 @@ def main(argv=None):
     p.add_argument("--context", type=int, default=10)
     p.add_argument("--horizon", type=int, default=15)
     p.add_argument("--quick", action="store_true", help="a smoke run: the dreamer alone (PPO's run is the same code "
-                   "with other flags; --agents ppo dreamer adds it), 2 seeds, tiny budgets, 8 open-loop episodes")
+                   "with other flags; --agents ppo dreamer adds it), 2 seeds, tiny budgets, 8 evaluation and 8 open-loop "
+                   "episodes")
     p.add_argument("--dreamer-args", default="", help="extra flags for the dreamer run, e.g. '--dtc-replay-ratio 4'")
+    p.add_argument("--final-eval-episodes", type=int, default=100, help="greedy episodes each run ends with")
     args = p.parse_args(argv)
+    random_envs = 200  # random-policy episodes for the plot's baseline line
     if args.quick:
         args.seeds, args.ppo_timesteps, args.dreamer_timesteps, args.open_loop_episodes = 2, 4096, 2048, 8
+        args.final_eval_episodes, random_envs = 8, 16
         if "--agents" not in (sys.argv[1:] if argv is None else argv):
             args.agents = ["dreamer"]
     import numpy as np
@@ -198,13 +202,13 @@ def main(argv=None):
     os.makedirs(out_dir, exist_ok=True)
     from hephaestus.evaluation import random_policy_returns
 
-    random_return = float(random_policy_returns("gymnax:CartPole-v1", 200, 501).mean())
+    random_return = float(random_policy_returns("gymnax:CartPole-v1", random_envs, 501).mean())
     results = {"threshold": args.threshold, "seeds": list(range(args.seeds)), "agents": {},
                "random_return": random_return}
     for agent in args.agents:
         budget = args.ppo_timesteps if agent == "ppo" else args.dreamer_timesteps
         extra = args.dreamer_args.split() if agent == "dreamer" else []
-        run_dir = train(agent, extra, out_dir, args.seeds, budget)
+        run_dir = train(agent, extra, out_dir, args.seeds, budget, args.final_eval_episodes)
         steps, returns = seed_curves(run_dir)
         hits = steps_to(steps, returns, args.threshold)
         results["agents"][agent] = {"budget": budget, "steps": steps.tolist(), "returns": returns.tolist(),

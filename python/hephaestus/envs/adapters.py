@@ -344,6 +344,9 @@ def adapt_deepsea(size: int, stochastic: bool = False, name: str | None = None) 
     gets that same map (the observation does not say which map applies, so envs of one run must share it),
     and the step keeps it across auto-resets. `stochastic`: bsuite's noisy variant (random transitions and
     N(0, 1) reward noise)."""
+    from hephaestus.envs.gymnax_import import import_gymnax
+
+    import_gymnax()
     from gymnax.environments.bsuite.deep_sea import DeepSea
 
     from hephaestus.episode_stats import EpisodeStat

@@ -11,6 +11,7 @@ import difflib
 
 from hephaestus.config import number_text, parse_untyped
 from hephaestus.envs.adapters import AdaptedEnv, adapt_deepsea, adapt_gymnax, adapt_jumanji
+from hephaestus.envs.gymnax_import import import_gymnax
 
 
 class UnknownEnvError(ValueError):
@@ -97,7 +98,7 @@ def make_env(name: str, **param_overrides) -> AdaptedEnv:
             raise EnvParamError(f"{name} has no parameters to set (got {', '.join(param_overrides)})")
         return adapt_deepsea(int(env_id), stochastic=family == "deepsea-stochastic", name=name)
     if family == "gymnax":
-        import gymnax
+        gymnax = import_gymnax()
 
         if env_id not in gymnax.registered_envs:
             raise UnknownEnvError(f"unknown gymnax env {env_id!r}{_suggest(env_id, gymnax.registered_envs)}")

@@ -1,0 +1,40 @@
+"""``import gymnax`` without the seconds its renderers cost.
+
+gymnax's package import loads every env module, and Pong's imports seaborn (with scipy.stats) and matplotlib.pyplot
+for its renderer alone: about 3 of the 4 s that `make_env("gymnax:CartPole-v1")` took on the 2-core CPU, paid by
+every run on a gymnax env (and every test that starts one) before any of its work. Here those two modules are
+stand-ins while gymnax imports, and the real ones are imported the first time a renderer reads from them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+
+class _ImportedOnUse(types.ModuleType):
+    """Stands in for a module that gymnax imports at its top but uses only to render: the first attribute read
+    imports the real module and forwards to it."""
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self.__name__), attr)
+
+
+_RENDER_ONLY_IMPORTS = ("seaborn", "matplotlib.pyplot")
+
+
+def import_gymnax():
+    """``import gymnax``, with the modules only its renderers use imported on first use, not at import. Every
+    gymnax import of the package goes through here."""
+    if "gymnax" in sys.modules:
+        return sys.modules["gymnax"]
+    stand_ins = {name: _ImportedOnUse(name) for name in _RENDER_ONLY_IMPORTS if name not in sys.modules}
+    sys.modules.update(stand_ins)
+    try:
+        import gymnax
+    finally:  # only gymnax's module globals keep the stand-ins; a later import gets the real module
+        for name, module in stand_ins.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+    return gymnax
