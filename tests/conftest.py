@@ -7,8 +7,11 @@
   test starts inherits it). The suite checks behaviour, not speed, and compiling is most of its time: on the 2-core
   machine the whole suite took 831 s at the default level and 699 s at -O0. Fusions are emitted by XLA's older
   elemental emitter (`--xla_cpu_use_fusion_emitters=false`): the HackMatrix step, most of the suite's compile
-  time, compiles in 11-12 s of CPU instead of 17 at -O0, and the suite used 23% less CPU (2,133 s against 2,778 s,
-  AVX2 machine). Results change only in the last bits of floating point (a different instruction order), which no
+  time, compiles in 11-12 s of CPU instead of 17 at -O0. With it, gymnax's lighter import
+  (envs/gymnax_import.py) and a smaller `dreamer_cartpole.py --quick`, the suite's CPU time on the AVX2 machine fell
+  from 2,778 s (alone) to 1,869 s (with a training run sharing the cores). (The old
+  emitter's programs run slower - CartPole's chunk 87k against ~150k env steps/s, specs/speed.md - so only tests
+  use it.) Results change only in the last bits of floating point (a different instruction order), which no
   test may depend on; speed is measured by scripts/bench.py, which compiles as users do.
 """
 
