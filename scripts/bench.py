@@ -161,9 +161,8 @@ def bench_reference(env_id, num_envs, num_steps, updates_per_chunk, hidden_dim, 
 
     import jax
 
-    from hephaestus.envs.gymnax_import import import_gymnax
-
     from hephaestus.config import auto_scale_for_batch_size
+    from hephaestus.envs.gymnax_import import import_gymnax
 
     # benchmarks/ is not an installed package: load the reference implementation from its file
     spec = importlib.util.spec_from_file_location("purejaxrl_reference",

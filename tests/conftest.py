@@ -8,8 +8,8 @@
   machine the whole suite took 831 s at the default level and 699 s at -O0. Fusions are emitted by XLA's older
   elemental emitter (`--xla_cpu_use_fusion_emitters=false`): the HackMatrix step, most of the suite's compile
   time, compiles in 11-12 s of CPU instead of 17 at -O0. With it, gymnax's lighter import
-  (envs/gymnax_import.py) and a smaller `dreamer_cartpole.py --quick`, the suite's CPU time on the AVX2 machine fell
-  from 2,778 s (alone) to 1,869 s (with a training run sharing the cores). (The old
+  (envs/gymnax_import.py) and a smaller `dreamer_cartpole.py --quick`, the suite on the AVX2 machine (a fresh clone's
+  `.ci/run`, alone) fell from 1,503 s on the clock and 2,778 s of CPU to 939 s and 1,723 s. (The old
   emitter's programs run slower - CartPole's chunk 87k against ~150k env steps/s, specs/speed.md - so only tests
   use it.) Results change only in the last bits of floating point (a different instruction order), which no
   test may depend on; speed is measured by scripts/bench.py, which compiles as users do.
