@@ -62,34 +62,38 @@ def test_fresh_agents_and_ensembles_initialise_with_unbatched_qrs_only():
     assert calls and all(len(dims) == 2 for _, dims in calls), calls
 
 
+def fresh_interpreter_output(code: str, timeout: int = 300) -> list[str]:
+    """The stdout lines of `code` run by a fresh interpreter in the checkout (python/ first on its path); fails the
+    test with its stderr if it exits non-zero. What a module imports is only visible before anything imported it."""
+    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'python')\n" + code],
+                         capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()
+
+
 def test_the_package_and_the_training_entry_do_not_import_jax():
     """`--help` and a one-line error need no jax start."""
-    code = ("import sys; sys.path.insert(0, 'python'); import hephaestus, hephaestus.entry_points, hephaestus.train, "
-            "hephaestus.watchdog; print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    code = ("import hephaestus, hephaestus.entry_points, hephaestus.train, hephaestus.watchdog\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib')))")
+    assert fresh_interpreter_output(code, timeout=120) == ["[]"]
 
 
 def test_no_module_of_the_package_and_no_hackmatrix_run_imports_gymnax():
     """gymnax's package import loads every gymnax env and seaborn (about 1.5 s of each start, issue 18): only a
     gymnax env asked for by name imports it. HackMatrix uses envs/spaces.py's copy of the interface."""
-    code = ("import sys, pkgutil, importlib; sys.path.insert(0, 'python'); import hephaestus\n"
+    code = ("import pkgutil, importlib; import hephaestus\n"
             "for m in pkgutil.walk_packages(hephaestus.__path__, 'hephaestus.'): importlib.import_module(m.name)\n"
             "from hephaestus.envs.registry import make_env\n"
             "env = make_env('hackmatrix'); assert env.spec.discrete and env.spec.action_dim == 28\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('gymnax', 'seaborn')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert fresh_interpreter_output(code)[-1] == "[]"
 
 
 def test_a_gymnax_env_starts_without_the_modules_only_gymnax_renderers_use_and_the_renderers_still_get_them():
     """envs/gymnax_import.py: seaborn (with scipy.stats) and matplotlib.pyplot, which gymnax imports for Pong's
     renderer, are not imported by `make_env`; the first read through gymnax's module globals imports the real ones,
     and a later plain import gets the real module, not the stand-in."""
-    code = ("import sys; sys.path.insert(0, 'python')\n"
-            "from hephaestus.envs.registry import make_env\n"
+    code = ("from hephaestus.envs.registry import make_env\n"
             "make_env('gymnax:CartPole-v1'); make_env('deepsea:5')\n"
             "print(sorted(m for m in ('seaborn', 'scipy.stats', 'matplotlib.pyplot') if m in sys.modules))\n"
             "from gymnax.environments.misc import pong\n"
@@ -97,9 +101,7 @@ def test_a_gymnax_env_starts_without_the_modules_only_gymnax_renderers_use_and_t
             "import seaborn, matplotlib.pyplot\n"
             "print(len(palette), type(seaborn).__name__, type(matplotlib.pyplot).__name__,\n"
             "      pong.plt.subplots is matplotlib.pyplot.subplots)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines() == ["[]", "3 module module True"]
+    assert fresh_interpreter_output(code) == ["[]", "3 module module True"]
 
 
 # --- the watchdog, deterministic (a fake clock and CPU counter) --------------------------------------------------

@@ -25,8 +25,9 @@ _RENDER_ONLY_IMPORTS = ("seaborn", "matplotlib.pyplot")
 
 
 def import_gymnax():
-    """``import gymnax``, with the modules only its renderers use imported on first use, not at import. Every
-    gymnax import of the package goes through here."""
+    """``import gymnax``, with the modules only its renderers use imported on first use, not at import. The package
+    first imports gymnax here (the registry, the DeepSea adapter); presentation.py's import of gymnax's visualizer
+    comes only after a gymnax env was made."""
     if "gymnax" in sys.modules:
         return sys.modules["gymnax"]
     stand_ins = {name: _ImportedOnUse(name) for name in _RENDER_ONLY_IMPORTS if name not in sys.modules}
