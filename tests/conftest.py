@@ -13,6 +13,10 @@
   emitter's programs run slower - CartPole's chunk 87k against ~150k env steps/s, specs/speed.md - so only tests
   use it.) Results change only in the last bits of floating point (a different instruction order), which no
   test may depend on; speed is measured by scripts/bench.py, which compiles as users do.
+* A module whose tests share something costly to build (a module-scoped fixture, a cached compiled rollout) is one
+  xdist group (`pytestmark = pytest.mark.xdist_group(...)`, run by one worker, `--dist loadgroup`): split over the
+  two workers, each built it (a profile of 28 Nov, the machine shared: test_watch's and test_dtc's module fixtures
+  set up a second time on the other worker, 29 s and 24 s).
 """
 
 import os
@@ -38,6 +42,9 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Heavy tests first (a stable sort: the rest keep their order). pytest-xdist hands out tests in collection
-    order, so a minute-long test collected last would leave the other worker idle at the end of the run."""
-    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
+    """Heavy tests first, then the other tests of xdist groups, then the rest (a stable sort: each keeps its order).
+    pytest-xdist hands out work in collection order (`--no-loadscope-reorder`; a group is one unit of work, placed
+    where its first test is), so a minute-long test or a group of many collected last would leave the other worker
+    idle at the end of the run; the single short tests at the end fill both workers to the last."""
+    items.sort(key=lambda item: 0 if item.get_closest_marker("heavy") else 1 if item.get_closest_marker("xdist_group")
+               else 2)

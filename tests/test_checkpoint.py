@@ -20,6 +20,9 @@ from hephaestus import training_hooks as hooks
 from hephaestus.export import load_params_npz
 from train_cli import main
 
+# One worker runs this module, so its module fixture runs once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_checkpoint")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "train_purejaxrl.py")
 TINY = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",

@@ -1,6 +1,7 @@
 """The dreamer (DTC part 2, dtc/dreamer.py): lambda-returns, the stop-gradient wall between the actor-critic and the
 world model, the stage list of --agent dreamer, its config checks, and exact resume. Sizes are tiny (2-core CI)."""
 
+import functools
 import json
 import shutil
 
@@ -18,6 +19,9 @@ from hephaestus.dtc.options import DreamerOptions
 from hephaestus.export import load_params_npz
 from hephaestus.stages import Stage, build_pipeline
 from train_cli import main
+
+# One worker runs this module, so the parts fixture and the program two tests share are built once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_dreamer")
 
 optax_norm = optax.tree.norm
 
@@ -213,6 +217,7 @@ def test_dreamer_trains_and_resumes_exactly(tmp_path, capsys):
     assert {"pg_loss", "vf_loss", "entropy", "wm/loss", "dreamer/imagined_return"} <= set(last)
 
 
+@functools.lru_cache(maxsize=None)  # pure functions and arrays: the two tests on the default program share it
 def dreamer_dtc_update(**overrides):
     """A tiny dreamer-dtc stage (one world-model and one actor-critic step per update) on a fake rollout: returns
     (update(state) -> (train_state, new_state, metrics), the initial stage state, the initial train state)."""

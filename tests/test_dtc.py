@@ -20,6 +20,9 @@ from hephaestus.dtc import replay as rp
 from hephaestus.dtc import rssm
 from hephaestus.dtc.agent import ensemble_novelty
 
+# One worker runs this module, so the ensemble and chain_visits fixtures are built once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_dtc")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = rssm.RSSMSizes(obs_dim=3, action_dim=2, discrete=True, deter=16, groups=4, classes=4, hidden=32)
 K = 3

@@ -19,6 +19,9 @@ from hephaestus.ppo import make_train
 from hephaestus.sinks import chunk_reduce
 from toy_envs import StatWalk
 
+# One worker runs this module, so its module fixtures run once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_evaluation")
+
 SMALL = dict(hidden_dim=16, num_layers=1, num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1,
              log_interval=2, total_timesteps=4 * 16 * 4)
 TINY = ("--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--total-timesteps", "64",

@@ -21,6 +21,9 @@ import pytest
 from hephaestus import checkpoint as ck
 from train_cli import main
 
+# One worker runs this module, so its module fixture runs once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_hardening")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON_DIR = os.path.join(ROOT, "python")
 SCRIPT = os.path.join(ROOT, "scripts", "train_purejaxrl.py")

@@ -12,6 +12,9 @@ from hephaestus.loop import TrainingError, run
 from hephaestus.ppo import CORE_METRICS, gae, make_train
 from toy_envs import MaskBugBandit, MaskedBandit, RandomWalk
 
+# One worker runs this module, so its module fixture runs once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_pipeline")
+
 SMALL = dict(hidden_dim=16, num_layers=1, num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1,
              log_interval=2, total_timesteps=4 * 16 * 4)
 

@@ -15,6 +15,9 @@ from hephaestus.export import load_params_npz, select_seed
 from hephaestus.sinks import iqm, loggable, seeds_reduce
 from train_cli import main
 
+# One worker runs this module, so its module fixture runs once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_seeds")
+
 SEED, SEEDS = 5, 3
 TINY = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
         "--num-layers", "1", "--log-interval", "2", "--num-minibatches", "2", "--update-epochs", "2", "--no-wandb",

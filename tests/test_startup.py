@@ -90,18 +90,20 @@ def test_no_module_of_the_package_and_no_hackmatrix_run_imports_gymnax():
 
 
 def test_a_gymnax_env_starts_without_the_modules_only_gymnax_renderers_use_and_the_renderers_still_get_them():
-    """envs/gymnax_import.py: seaborn (with scipy.stats) and matplotlib.pyplot, which gymnax imports for Pong's
-    renderer, are not imported by `make_env`; the first read through gymnax's module globals imports the real ones,
-    and a later plain import gets the real module, not the stand-in."""
+    """envs/gymnax_import.py: seaborn (with scipy.stats), matplotlib and its pyplot and colors, which gymnax imports
+    for Pong's renderer, are not imported by `make_env`; the first read through gymnax's module globals imports the
+    real ones, and a later plain import gets the real module, not the stand-in."""
     code = ("from hephaestus.envs.registry import make_env\n"
             "make_env('gymnax:CartPole-v1'); make_env('deepsea:5')\n"
-            "print(sorted(m for m in ('seaborn', 'scipy.stats', 'matplotlib.pyplot') if m in sys.modules))\n"
+            "print(sorted(m for m in ('seaborn', 'scipy.stats', 'matplotlib', 'matplotlib.pyplot', 'matplotlib.colors')"
+            " if m in sys.modules))\n"
             "from gymnax.environments.misc import pong\n"
             "palette = pong.sns.color_palette('cubehelix', 3)\n"
-            "import seaborn, matplotlib.pyplot\n"
-            "print(len(palette), type(seaborn).__name__, type(matplotlib.pyplot).__name__,\n"
-            "      pong.plt.subplots is matplotlib.pyplot.subplots)")
-    assert fresh_interpreter_output(code) == ["[]", "3 module module True"]
+            "cmap = pong.colors.ListedColormap(palette)\n"
+            "import seaborn, matplotlib.pyplot, matplotlib.colors\n"
+            "print(len(palette), type(seaborn).__name__, type(matplotlib).__name__, type(matplotlib.pyplot).__name__,\n"
+            "      pong.plt.subplots is matplotlib.pyplot.subplots, type(cmap) is matplotlib.colors.ListedColormap)")
+    assert fresh_interpreter_output(code) == ["[]", "3 module module module True True"]
 
 
 # --- the watchdog, deterministic (a fake clock and CPU counter) --------------------------------------------------

@@ -12,6 +12,9 @@ from hephaestus.envs.adapters import adapt_gymnax
 from hephaestus.ppo import make_train
 from toy_envs import RandomWalk
 
+# One worker runs this module, so its module fixture runs once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_teacher")
+
 SMALL = dict(hidden_dim=16, num_layers=1, num_envs=8, num_steps=16, num_minibatches=2, update_epochs=2,
              log_interval=4, total_timesteps=8 * 16 * 8, lr=1e-2)
 

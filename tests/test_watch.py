@@ -20,6 +20,9 @@ from hephaestus.export import network_meta, save_params_npz
 from hephaestus.networks import make_network
 from hephaestus.watch import CAPTION_H, WatchError, resolve_params_path
 
+# One worker runs this module, so its HackMatrix and CartPole runs (module fixtures) are made once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_watch")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "watch_agent.py")
 

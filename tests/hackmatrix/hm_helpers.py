@@ -18,7 +18,14 @@ def _jstep():
 
 def step(state, action, seed=0):
     """One step_env with the shared jitted function. Returns (obs, state, reward, term, info)."""
-    return _jstep()(jax.random.key(seed), state, jnp.int32(action))
+    return step_with_key(jax.random.key(seed), state, action)
+
+
+def step_with_key(key, state, action):
+    """`step` with a given key (a raw uint32 key is wrapped: the same bits, so the same step)."""
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.wrap_key_data(key)
+    return _jstep()(key, state, jnp.int32(action))
 
 
 def cell(r, c):

@@ -16,7 +16,10 @@ from hephaestus.envs.hackmatrix.observe import OBS_QUANTA, observation
 from hephaestus.envs.hackmatrix.state import REWARD_TERMS
 from hephaestus.obs_storage import ObsStorage
 
-from hm_helpers import ENV, PARAMS, py_bfs_connected
+from hm_helpers import ENV, PARAMS, py_bfs_connected, step_with_key
+
+# One worker runs this module, so its cached resets and rollout compile once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_env")
 
 B, T = 16, 96
 
@@ -83,14 +86,6 @@ def test_api_contract():
         assert isinstance(v, jax.Array) and not v.weak_type, k
         assert v.dtype in (jnp.int32, jnp.bool_, jnp.float32), (k, v.dtype)
         assert getattr(st, k).dtype == v.dtype and getattr(st, k).shape[1:] == v.shape, k
-
-
-def test_D6_truncation_is_not_termination():
-    s = make_state(player=(0, 0), exit=(5, 5), time=999)
-    obs, s2, r, te, tr, info = jax.jit(ENV.step)(jax.random.key(0), s, jnp.int32(0), PARAMS)
-    assert bool(tr) and not bool(te) and bool(info["truncated"])
-    assert int(s2.time) == 0                               # auto-reset happened
-    assert int(info["final_observation"]["obs"].shape[0]) == 1545
 
 
 def test_rollout_properties_and_reward_sums():
@@ -205,10 +200,10 @@ def test_R68_D6_step_with_auto_reset_equals_step_env_then_reset_env_lane_by_lane
     (new, step), (g_obs, g_state, g_reward, g_term, g_trunc, g_info) = both(keys, states, actions)
     assert step.terminated.tolist() == [False, False, False, False, True, False, False, False]
     assert step.truncated.tolist() == [True, False, False, True, False, True, True, True]
-    step_env, reset_env = jax.jit(ENV.step_env), jax.jit(ENV.reset_env)
+    reset_env = jax.jit(ENV.reset_env)
     for lane, (s, a) in enumerate(lanes):
         key_step, key_reset = jax.random.split(keys[lane])
-        landed_obs, landed, reward, terminated, _ = step_env(key_step, s, jnp.int32(a), PARAMS)
+        landed_obs, landed, reward, terminated, _ = step_with_key(key_step, s, a)  # the suite's shared step_env
         done = bool(step.terminated[lane] | step.truncated[lane])
         want_obs, want = reset_env(key_reset, PARAMS) if done else (landed_obs, landed)
         for got in (jax.tree.map(lambda x: x[lane], new), jax.tree.map(lambda x: x[lane], g_state)):
@@ -224,6 +219,9 @@ def test_R68_D6_step_with_auto_reset_equals_step_env_then_reset_env_lane_by_lane
         assert int(g_info["stage"][lane]) == int(landed.stage)
     assert [int(x) for x in g_info["stage"]] == [1, 1, 2, 2, 1, 2, 2, 2]
     assert int(new.stage[2]) == 2 and int(new.time[2]) == 6 and int(new.time[0]) == 0
+    # D6: the step limit truncates, it does not terminate (lane 0), and the game restarts (time 0)
+    assert bool(g_trunc[0]) and not bool(g_term[0]) and bool(g_info["truncated"][0]) and int(g_state.time[0]) == 0
+    assert g_info["final_observation"]["obs"].shape == (len(lanes), 1545)
 
 
 def test_R25_R35_reset_and_generation_properties():

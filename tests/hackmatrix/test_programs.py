@@ -23,6 +23,9 @@ from hephaestus.envs.hackmatrix.state import REWARD_TERMS
 
 from hm_helpers import ENV, PARAMS, cell, check_sum, enemies, step, terms, transmissions
 
+# One worker runs this module, so its cached rollout compiles once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_programs")
+
 UP, DOWN, LEFT, RIGHT, SIPHON = 0, 1, 2, 3, 4
 V, D, G, C = 0, 1, 2, 3
 A = {n: 5 + k for k, n in enumerate(PROGRAM_NAMES)}

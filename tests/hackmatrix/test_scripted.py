@@ -5,6 +5,7 @@ import json
 
 import jax
 import numpy as np
+import pytest
 
 from hephaestus.envs.hackmatrix import make_state
 from hephaestus.envs.hackmatrix.constants import A_RESET, A_SIPHON, P_ROW
@@ -12,6 +13,9 @@ from hephaestus.envs.hackmatrix.observe import action_mask
 from hephaestus.envs.hackmatrix.scripted import (
     exit_rush, exit_rush_deep, exit_rush_programs, exit_rush_safe, exit_rush_siphon,
 )
+
+# One worker runs this module, so its cached policy programs compile once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_scripted")
 
 UP, DOWN, LEFT, RIGHT = 0, 1, 2, 3  # R5: row + 1, row - 1, col - 1, col + 1
 
