@@ -178,8 +178,11 @@ def test_bad_checkpoints_are_one_line_errors_and_touch_nothing(straight, tmp_pat
     before = snapshot(root)
     capsys.readouterr()
     code = main(*args)
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert code not in (0, None)
+    if case in ("fresh_over_existing", "older_step"):  # refused from the run folder alone, before any setup
+        assert "setup:" not in captured.out, captured.out
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     needle = {"missing": "no such file", "empty": "no checkpoints", "truncated": "unreadable",

@@ -93,28 +93,38 @@ class RunSession:
                 f"continue with --resume {self.run_dir}")
 
 
+def check_run_dir(run_dir: str, resume: Checkpoint | None = None):
+    """The refusals that need only the run folder and the --resume checkpoint's place: a fresh run over existing
+    checkpoints, a branch into a folder that has some, a resume from an update older than its folder's latest.
+    train.py asks before it builds or traces anything (a HackMatrix setup takes seconds); prepare_run asks again.
+    Raises CheckpointError (one line)."""
+    run_dir = os.path.abspath(run_dir)
+    existing = _step_dirs(run_dir)
+    if resume is None:
+        if existing:
+            raise CheckpointError(f"{run_dir} already has checkpoints (latest update {existing[-1]}); continue it "
+                                  f"with --resume {run_dir}, or pick another --run-name")
+        return
+    same_dir = os.path.abspath(resume.run_dir) == run_dir
+    if same_dir and existing and resume.step < existing[-1]:
+        raise CheckpointError(f"{resume.path}: update {resume.step} is older than this run's latest checkpoint "
+                              f"({existing[-1]}); pass --run-name NEW to branch from it without touching {run_dir}")
+    if not same_dir and existing:
+        raise CheckpointError(f"{run_dir} already has checkpoints (latest update {existing[-1]}); choose another "
+                              "--run-name to branch into")
+
+
 def prepare_run(config, trainer, run_dir: str, resume: Checkpoint | None = None, main_process: bool = True,
                 message: Callable[[str], None] = print) -> RunSession:
     """Restore (if resuming) into `trainer.runner_state`, and build the checkpoint/NaN/signal hooks and the
     wandb/TensorBoard sinks. Raises CheckpointError (one line) before anything is written on disk."""
     run_dir = os.path.abspath(run_dir)
-    existing = _step_dirs(run_dir)
+    check_run_dir(run_dir, resume)
     if resume is not None:
-        same_dir = os.path.abspath(resume.run_dir) == run_dir
-        if same_dir and existing and resume.step < existing[-1]:
-            raise CheckpointError(f"{resume.path}: update {resume.step} is older than this run's latest checkpoint "
-                                  f"({existing[-1]}); pass --run-name NEW to branch from it without touching "
-                                  f"{run_dir}")
-        if not same_dir and existing:
-            raise CheckpointError(f"{run_dir} already has checkpoints (latest update {existing[-1]}); choose another "
-                                  "--run-name to branch into")
         restored = restore(resume, trainer, keep_optimizer=config.run.keep_optimizer)
         trainer.runner_state = restored.runner_state
         for note in restored.notes:
             message(note)
-    elif existing:
-        raise CheckpointError(f"{run_dir} already has checkpoints (latest update {existing[-1]}); continue it with "
-                              f"--resume {run_dir}, or pick another --run-name")
     start = int(jax.device_get(trainer.runner_state.update_step))
     if start >= config.num_updates:
         raise CheckpointError(f"the checkpoint is at update {start}, and this run has {config.num_updates} updates: "

@@ -79,6 +79,13 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
     from hephaestus.evaluation import final_evaluation
     from hephaestus.sinks import ConsoleSink, JsonlSink
 
+    from hephaestus.checkpoint import CheckpointError
+    from hephaestus.run_setup import check_run_dir, prepare_run
+
+    try:  # the run folder's refusals first: they need nothing built
+        check_run_dir(run_dir, resume)
+    except CheckpointError as err:
+        fail(str(err))
     cache = enable_compilation_cache() or "off"
     watchdog.enter("setup")
     try:
@@ -105,8 +112,6 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
         raise
     print(f"setup: {time.perf_counter() - t_setup:.1f}s (initial state and tracing)")
     config = trainer.config  # resolved for the env: encoder and observation storage settled
-    from hephaestus.checkpoint import CheckpointError
-    from hephaestus.run_setup import prepare_run
     watchdog.enter(None)  # restoring a checkpoint and connecting to wandb may wait on a disk or the network
     try:  # restores a --resume checkpoint into trainer.runner_state; refuses before writing anything
         session = prepare_run(config, trainer, run_dir, resume, main_process=main_process, message=print)
