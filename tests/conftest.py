@@ -19,6 +19,10 @@
   set up a second time on the other worker, 29 s and 24 s). Measured alone on the AVX2 machine (a fresh clone's
   `.ci/run`), the groups, matplotlib's stand-in (envs/gymnax_import.py) and one HackMatrix test folded into
   another took the suite from 939 s and 1,723 s of CPU to 929 s and 1,709 s: within run-to-run noise.
+  The HackMatrix rule and rollout tests (and the README's HackMatrix example, tests/test_readme.py) are one group,
+  "hackmatrix": a batched or unbatched HackMatrix step compiles for 12-20 s of CPU, and split over two workers the
+  shared step (hm_helpers.step), the random rollout and the unbatched env.step were each compiled twice, by two
+  workers at once, or once per module.
 """
 
 import os

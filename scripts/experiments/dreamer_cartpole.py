@@ -90,6 +90,7 @@ def open_loop(run_dir: str, episodes: int, context: int, horizon: int, seed: int
 
     from hephaestus import checkpoint as ck
     from hephaestus import networks as nets
+    from hephaestus.compilation_cache import enable_compilation_cache
     from hephaestus.config import resolve
     from hephaestus.dtc import rssm
     from hephaestus.dtc.agent import sizes_from
@@ -98,7 +99,9 @@ def open_loop(run_dir: str, episodes: int, context: int, horizon: int, seed: int
 
     found = ck.locate(run_dir)
     config, _ = resolve(ck.config_of(found))
-    trainer = make_train(config)
+    # The training run stored its fresh-agent program beside the compilation cache (stored_programs.py): read it
+    # back for the checkpoint's structure instead of tracing and compiling the agents' initialisation again.
+    trainer = make_train(config, store_programs_in=enable_compilation_cache())
     runner = ck.restore(found, trainer).runner_state
     world, ac_params = runner.stages["dreamer"].world.params, runner.train_state.params
     if config.run.num_seeds > 1:  # seed 0's agent
@@ -192,7 +195,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     random_envs = 200  # random-policy episodes for the plot's baseline line
     if args.quick:
-        args.seeds, args.ppo_timesteps, args.dreamer_timesteps, args.open_loop_episodes = 2, 4096, 2048, 8
+        args.seeds, args.ppo_timesteps, args.dreamer_timesteps, args.open_loop_episodes = 2, 4096, 1024, 8
         args.final_eval_episodes, random_envs = 8, 16
         if "--agents" not in (sys.argv[1:] if argv is None else argv):
             args.agents = ["dreamer"]

@@ -16,6 +16,55 @@ def _jstep():
     return jax.jit(lambda k, s, a: ENV.step_env(k, s, a, PARAMS))
 
 
+# The random rollout test_env and test_programs check their invariants on: ROLL_B lanes, ROLL_T steps of a
+# masked-uniform policy through the batched gymnax step (auto-reset included). One compiled program for both
+# modules (they run on one xdist worker, group "hackmatrix"): a batched HackMatrix rollout compiles for ~20 s of
+# CPU on a 2-core machine, and each used to build its own.
+ROLL_B, ROLL_T = 24, 96
+
+
+@functools.lru_cache(maxsize=None)
+def _rollout_program():
+    vstep = jax.vmap(ENV.step, in_axes=(0, 0, 0, None))
+
+    def policy(key, mask):
+        return jax.random.categorical(key, jnp.where(mask, 0.0, -1e9)).astype(jnp.int32)
+
+    @jax.jit
+    def run(key, start):
+        obs = jax.vmap(ENV.get_obs)(start)
+
+        def body(carry, k):
+            obs, st = carry
+            k_act, k_step = jax.random.split(k)
+            action = jax.vmap(policy)(jax.random.split(k_act, ROLL_B), obs["action_mask"])
+            obs2, st2, r, te, tr, info = vstep(jax.random.split(k_step, ROLL_B), st, action, PARAMS)
+            out = dict(action=action, mask=obs["action_mask"], obs=obs2, r=r, te=te, tr=tr,
+                       terms=info["reward_terms"], stage=info["stage"], invalid=info["invalid_action"],
+                       mask_in_info=info["action_mask"], st=st2, final_obs=info["final_observation"])
+            return (obs2, st2), out
+
+        _, outs = jax.lax.scan(body, (obs, start), jax.random.split(key, ROLL_T))
+        return outs
+
+    return run
+
+
+def random_rollout(key, start):
+    """ROLL_T steps of ROLL_B games from the batched state `start` under a masked-uniform policy, on the host:
+    per step [ROLL_T, ROLL_B, ...] the action and the mask it was drawn from, then the step's obs, reward,
+    terminated, truncated, reward terms, stage, invalid flag, info's mask, state and final observation."""
+    return jax.device_get(_rollout_program()(key, start))
+
+
+@functools.lru_cache(maxsize=None)
+def resets(n=96, seed=0):
+    """`n` new games (obs, state) on the host, from one jitted batched reset."""
+    keys = jax.random.split(jax.random.key(seed), n)
+    obs, st = jax.jit(jax.vmap(ENV.reset, in_axes=(0, None)))(keys, PARAMS)
+    return jax.device_get(obs), jax.device_get(st)
+
+
 def step(state, action, seed=0):
     """One step_env with the shared jitted function. Returns (obs, state, reward, term, info)."""
     return step_with_key(jax.random.key(seed), state, action)

@@ -1,12 +1,16 @@
 """HackMatrix's declared episode statistics (env.EPISODE_STATS) against hand-played episodes."""
 
 import numpy as np
+import pytest
 
 from hephaestus import episode_stats
 from hephaestus.envs.hackmatrix import make_state
 from hephaestus.envs.hackmatrix.constants import A_SIPHON, A_WAIT
 from hephaestus.envs.hackmatrix.env import EPISODE_STATS
 from hm_helpers import ENV, PARAMS, step
+
+# The HackMatrix tests' xdist group: one worker compiles the shared step (hm_helpers.step) once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("hackmatrix")
 
 UP, PUSH = 0, 5  # R5: up = (+1, 0); PUSH is action 5 (not owned below, so masked)
 

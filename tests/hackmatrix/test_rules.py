@@ -1,10 +1,14 @@
 """Hand-built scenarios, one action each, citing the rule numbers of specs/hackmatrix-rules.md."""
 import numpy as np
+import pytest
 
 from hephaestus.envs.hackmatrix import make_state
 from hephaestus.envs.hackmatrix.constants import BLOCK, DATA_SIPHON, EMPTY, EXIT, IS_CORNER
 
 from hm_helpers import cell, check_sum, enemies, nonzero_terms, step, terms, transmissions
+
+# The HackMatrix tests' xdist group: one worker compiles the shared step (hm_helpers.step) once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("hackmatrix")
 
 UP, DOWN, LEFT, RIGHT, SIPHON = 0, 1, 2, 3, 4
 V, D, G, C = 0, 1, 2, 3

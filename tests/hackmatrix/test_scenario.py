@@ -6,6 +6,9 @@ from hephaestus.envs.hackmatrix.constants import EXIT, PROGRAM_NAMES
 
 from hm_helpers import cell, step, terms
 
+# The HackMatrix tests' xdist group: one worker compiles the shared step (hm_helpers.step) once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("hackmatrix")
+
 RIGHT, UP = 3, 0
 
 
