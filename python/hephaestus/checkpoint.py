@@ -57,10 +57,17 @@ def _ocp():
 
 
 class _DropUnretrievedFutures:
-    """logging filter: drops asyncio's "Future exception was never retrieved" records (see below)."""
+    """logging filter: drops asyncio's "Future exception was never retrieved" records, and the same unread
+    tensorstore reads when the race leaves them wrapped in a Task (asyncio's `_wrap_awaitable`, "Task exception
+    was never retrieved" with a tensorstore error); see below."""
 
     def filter(self, record) -> bool:
-        return not str(record.msg).startswith("Future exception was never retrieved")
+        message = str(record.msg)
+        if message.startswith("Future exception was never retrieved"):
+            return False
+        error = record.exc_info[1] if record.exc_info else None
+        return not (message.startswith("Task exception was never retrieved") and "_wrap_awaitable" in message
+                    and error is not None and "tensorstore_spec" in str(error))
 
 
 def _quiet_closed_event_loops() -> None:
