@@ -23,7 +23,7 @@ def test_ci_runs_the_readme_test_command():
 
 @pytest.mark.heavy
 # In the HackMatrix tests' xdist group, so the unbatched env.step it compiles is read from the compilation cache
-# where tests/hackmatrix/test_env.py's curriculum test compiled it (the same program, ~15 s of CPU).
+# where tests/hackmatrix/test_env.py's R68 test (first in the group) compiled it (the same program, ~15 s of CPU).
 @pytest.mark.xdist_group("hackmatrix")
 def test_readme_hackmatrix_example_runs():
     readme = open(os.path.join(ROOT, "README.md")).read()

@@ -188,7 +188,7 @@ def test_R68_D6_step_with_auto_reset_equals_step_env_then_reset_env_lane_by_lane
         done = bool(step.terminated[lane] | step.truncated[lane])
         want_obs, want = reset_env(key_reset, PARAMS) if done else (landed_obs, landed)
         # gymnax's API, env.step, unbatched and called as the README's example calls it (a typed key, a Python int
-        # action): the program that example compiles, read from the compilation cache (tests/test_readme.py)
+        # action): one program for both, compiled here, first in the group (tests/test_readme.py reads it back)
         g_obs, g_state, g_reward, g_term, g_trunc, g_info = ENV.step(jax.random.wrap_key_data(keys[lane]), s, a, PARAMS)
         for got in (jax.tree.map(lambda x: x[lane], new), g_state):
             for name in got.__dataclass_fields__:
@@ -344,8 +344,8 @@ def test_curriculum_starts_a_share_of_games_on_later_stages_and_share_zero_is_th
     params = PARAMS.replace(curriculum_share=1.0, curriculum_max_stage=8)
     state = make_state(player=(0, 0), time=999)
     key = jax.random.key(11)
-    # env.step is step_and_reset, jitted, called as the README's example calls it: the same program, compiled once
-    # for both (tests/test_readme.py runs that example in this module's xdist group, after it).
+    # env.step is step_and_reset, jitted, called as R68 and the README's example call it: one program, compiled once
+    # in this xdist group (by R68, which runs first: tests/test_readme.py then reads it from the compilation cache).
     _, new, *_ = ENV.step(key, state, 0, params)
     _, want = jax.jit(ENV.reset_env)(jax.random.split(key)[1], params)
     for name in want.__dataclass_fields__:

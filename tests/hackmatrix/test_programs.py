@@ -851,8 +851,8 @@ RB = ROLL_B
 @functools.lru_cache(maxsize=None)
 def _program_rollout():
     """The shared random rollout (hm_helpers.random_rollout) from new games where every program is owned and
-    affordable, half the lanes at 2 HP: -> (start state, final state, final obs, per-step outputs with the checks
-    the test reads)."""
+    affordable, half the lanes at 2 HP: -> (start state, final state, final obs, per-step outputs with the
+    chosen action's mask bit and the entity and observation checks added)."""
     _, st = resets()
     st = jax.tree.map(lambda x: x[:RB], st)
     lane = np.arange(RB)
@@ -867,9 +867,7 @@ def _program_rollout():
     tr = st2.ent_active & ~st2.ent_enemy
     capped = np.ones(obs.shape[-1], bool)
     capped[[6, 7]] = False
-    o.update(a=o["action"], chosen_ok=np.take_along_axis(o["mask"], o["action"][..., None], -1)[..., 0],
-             hp=st2.hp, credits=st2.credits, energy=st2.energy, attack=st2.attack, atk=st2.atk_plus_uses,
-             siphons=st2.siphons, done=o["te"] | o["tr"],
+    o.update(chosen_ok=np.take_along_axis(o["mask"], o["action"][..., None], -1)[..., 0],
              ent_ok=np.all(~en | ((st2.ent_hp >= 1) & (st2.ent_hp <= max_hp[st2.ent_type])), axis=-1)
              & np.all(~tr | (st2.ent_turns >= 1), axis=-1),
              obs_ok=np.all(np.isfinite(obs) & (obs >= 0) & (~capped | (obs <= 1.0 + 1e-6)), axis=-1))
@@ -890,14 +888,15 @@ def test_random_program_rollout_uses_every_program_and_keeps_invariants():
     # the policy only chose valid actions and the env agreed
     assert o["chosen_ok"].all() and not o["invalid"].any()
     # every program action was used at least once (while valid)
-    used = Counter(o["a"][o["chosen_ok"]].ravel().tolist())
+    used = Counter(o["action"][o["chosen_ok"]].ravel().tolist())
     missing = [n for n in PROGRAM_NAMES if used[A[n]] == 0]
     assert not missing, (missing, used)
-    # invariants
-    assert ((o["hp"] >= 0) & (o["hp"] <= 3)).all()
-    assert (o["credits"] >= 0).all() and (o["energy"] >= 0).all() and (o["siphons"] >= 0).all()
-    assert (o["attack"] >= 1).all() and ((o["atk"] >= 0) & (o["atk"] <= 2)).all()
-    assert ((o["stage"] >= 1) & (o["stage"] <= 8)).all()
+    # invariants (of the state after each step)
+    st = o["st"]
+    assert ((st.hp >= 0) & (st.hp <= 3)).all()
+    assert (st.credits >= 0).all() and (st.energy >= 0).all() and (st.siphons >= 0).all()
+    assert (st.attack >= 1).all() and ((st.atk_plus_uses >= 0) & (st.atk_plus_uses <= 2)).all()
+    assert ((st.stage >= 1) & (st.stage <= 8)).all()
     assert o["ent_ok"].all() and o["obs_ok"].all()
     tot = np.zeros_like(o["r"])
     for k in REWARD_TERMS:
