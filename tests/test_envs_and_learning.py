@@ -91,6 +91,9 @@ def test_env_params_change_the_training_env_and_evaluations_play_the_defaults():
         make_env("hackmatrix", curriculum_max_stage="9")
     with pytest.raises(EnvParamError, match=r"curriculum_program_prob must be in \[0, 1/7\]"):
         make_env("hackmatrix", curriculum_program_prob="0.5")
+    assert make_env("hackmatrix", program_acquired_coef="0.5").raw_params.program_acquired_coef == 0.5
+    with pytest.raises(EnvParamError, match="program_acquired_coef must be finite and >= 0"):
+        make_env("hackmatrix", program_acquired_coef="-1")
     with pytest.raises(EnvParamError, match="max_steps_in_episode is '2.5', expected an int"):
         make_env("gymnax:CartPole-v1", max_steps_in_episode="2.5")
     with pytest.raises(UnknownEnvError, match="has no parameters"):

@@ -13,7 +13,9 @@ PARAMS = ENV.default_params
 
 @functools.lru_cache(maxsize=None)
 def _jstep():
-    return jax.jit(lambda k, s, a: ENV.step_env(k, s, a, PARAMS))
+    # The one float parameter a rule test varies, program_acquired_coef (a training shaping term, 0 in the rules'
+    # game), is an input of the program rather than baked in, so its test shares this compiled step.
+    return jax.jit(lambda k, s, a, coef: ENV.step_env(k, s, a, PARAMS.replace(program_acquired_coef=coef)))
 
 
 # The random rollout test_env and test_programs check their invariants on: ROLL_B lanes, ROLL_T steps of a
@@ -65,16 +67,16 @@ def resets(n=96, seed=0):
     return jax.device_get(obs), jax.device_get(st)
 
 
-def step(state, action, seed=0):
+def step(state, action, seed=0, program_acquired_coef=0.0):
     """One step_env with the shared jitted function. Returns (obs, state, reward, term, info)."""
-    return step_with_key(jax.random.key(seed), state, action)
+    return step_with_key(jax.random.key(seed), state, action, program_acquired_coef)
 
 
-def step_with_key(key, state, action):
+def step_with_key(key, state, action, program_acquired_coef=0.0):
     """`step` with a given key (a raw uint32 key is wrapped: the same bits, so the same step)."""
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.wrap_key_data(key)
-    return _jstep()(key, state, jnp.int32(action))
+    return _jstep()(key, state, jnp.int32(action), jnp.float32(program_acquired_coef))
 
 
 def cell(r, c):

@@ -59,7 +59,7 @@ def run(s, name, seed=0):
 
 
 def assert_terms(info, **expected):
-    """All 15 terms: the given ones equal (1e-5), every other term exactly 0."""
+    """All the terms: the given ones equal (1e-5), every other term exactly 0."""
     t = terms(info)
     assert set(t) == set(REWARD_TERMS)
     for k in REWARD_TERMS:
@@ -661,6 +661,29 @@ def assert_restored(got, snap):
     # R93.3: lists rebuilt with both flags false
     assert all(not e[5] and not e[6] for e in enemies(got))
     assert all(not t[3] and not t[4] for t in transmissions(got))
+
+
+def test_program_acquired_shaping_pays_per_new_program_and_undo_takes_it_back():
+    """EnvParams.program_acquired_coef (training shaping, not a rule): the change in the number of programs owned,
+    times the coefficient; 0 (the rules' reward, R119) by default. UNDO restores ownedPrograms (R92, R93), so an
+    acquisition undone pays back exactly what it earned."""
+    def owns(s, name):
+        return bool(np.asarray(s.owned)[A[name] - 5])
+
+    s0 = make_state(player=(0, 0), exit=(5, 5), credits=2, siphons=1, owned=["UNDO"],
+                    blocks=[{"pos": (1, 1), "kind": "program", "program": "CRASH"}])
+    _, s1, _, _, _ = step(s0, UP, 1)                                      # (1,0); phase -> snapshot A, CRASH not owned
+    _, rules, r0, _, info0 = step(s1, SIPHON, 2)                          # the rules' reward: the term is 0
+    assert owns(rules, "CRASH") and terms(info0)["programAcquired"] == 0.0
+    _, s2, r, _, info = step(s1, SIPHON, 2, program_acquired_coef=1.5)    # the cross holds (1,1): CRASH acquired
+    assert owns(s2, "CRASH") and abs(terms(info)["programAcquired"] - 1.5) < 1e-6
+    check_sum(r, info)
+    assert abs(float(r) - float(r0) - 1.5) < 1e-5                         # nothing else in the reward changed
+    _, s3, _, _, info = step(s2, A["UNDO"], 3, program_acquired_coef=1.5)    # pops snapshot B: CRASH still owned
+    assert owns(s3, "CRASH") and terms(info)["programAcquired"] == 0.0
+    _, s4, r, _, info = step(s3, A["UNDO"], 4, program_acquired_coef=1.5)    # pops snapshot A: CRASH given back
+    assert not owns(s4, "CRASH") and abs(terms(info)["programAcquired"] + 1.5) < 1e-6
+    check_sum(r, info)
 
 
 def test_R92_R93_undo_restores_snapshots_and_refunds():

@@ -88,6 +88,10 @@ class EnvParams:
     # Each program is owned at such a start with this probability per skipped stage; 0 = programs only by
     # siphoning (R44's data siphons and the skipped stages' credits and energy are still granted).
     curriculum_program_prob: float = 0.05
+    # Training shaping (issue 22; not a rule: R119 pays nothing for a program acquired): this much per program
+    # newly owned, as the change in the number owned, so UNDO's restore of ownedPrograms (R92, R93) takes it back
+    # and acquire-and-undo loops earn nothing. 0 = the rules' reward, which is what evaluations always play.
+    program_acquired_coef: float = 0.0
 
 
 def check_params(params: EnvParams) -> None:
@@ -99,6 +103,8 @@ def check_params(params: EnvParams) -> None:
     if not 0.0 <= params.curriculum_program_prob <= 1.0 / 7:
         raise ValueError(f"curriculum_program_prob must be in [0, 1/7] (a probability per skipped stage, up to 7 "
                          f"skipped), got {params.curriculum_program_prob}")
+    if not 0.0 <= params.program_acquired_coef < float("inf"):
+        raise ValueError(f"program_acquired_coef must be finite and >= 0, got {params.program_acquired_coef}")
     if params.max_steps_in_episode < 1:
         raise ValueError(f"max_steps_in_episode must be positive, got {params.max_steps_in_episode}")
 
@@ -106,7 +112,7 @@ def check_params(params: EnvParams) -> None:
 REWARD_TERMS = (
     "step", "stage", "score", "kills", "dataSiphon", "distance", "victory", "death",
     "resourceGain", "resourceHolding", "damagePenalty", "hpRecovery", "siphonQuality",
-    "programWaste", "siphonDeathPenalty",
+    "programWaste", "siphonDeathPenalty", "programAcquired",
 )
 
 

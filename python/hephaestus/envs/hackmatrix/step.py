@@ -217,6 +217,7 @@ def play(state, action, key, params):
         "siphonQuality": -params.siphon_quality_coef * missed,
         "programWaste": jnp.where((action == A_RESET) & (hp0 == 2), -params.program_waste, 0.0),
         "siphonDeathPenalty": jnp.where(dead & jnp.any(siphon_spawn_beside), -params.siphon_death_penalty, 0.0),
+        "programAcquired": params.program_acquired_coef * (jnp.sum(st.owned) - jnp.sum(state.owned)),
     }
     terms = {k: jnp.where(valid, jnp.asarray(terms[k], f32), jnp.float32(0.0)) for k in REWARD_TERMS}
     reward = jnp.float32(0.0)
