@@ -94,6 +94,9 @@ def test_env_params_change_the_training_env_and_evaluations_play_the_defaults():
     assert make_env("hackmatrix", program_acquired_coef="0.5").raw_params.program_acquired_coef == 0.5
     with pytest.raises(EnvParamError, match="program_acquired_coef must be finite and >= 0"):
         make_env("hackmatrix", program_acquired_coef="-1")
+    assert make_env("hackmatrix", program_played_coef="2").raw_params.program_played_coef == 2.0
+    with pytest.raises(EnvParamError, match="program_played_coef must be finite and >= 0"):
+        make_env("hackmatrix", program_played_coef="-0.5")
     with pytest.raises(EnvParamError, match="max_steps_in_episode is '2.5', expected an int"):
         make_env("gymnax:CartPole-v1", max_steps_in_episode="2.5")
     with pytest.raises(UnknownEnvError, match="has no parameters"):

@@ -13,9 +13,10 @@ PARAMS = ENV.default_params
 
 @functools.lru_cache(maxsize=None)
 def _jstep():
-    # The one float parameter a rule test varies, program_acquired_coef (a training shaping term, 0 in the rules'
-    # game), is an input of the program rather than baked in, so its test shares this compiled step.
-    return jax.jit(lambda k, s, a, coef: ENV.step_env(k, s, a, PARAMS.replace(program_acquired_coef=coef)))
+    # The float parameters a rule test varies, the shaping terms' coefficients (0 in the rules' game), are inputs
+    # of the program rather than baked in, so their tests share this compiled step.
+    return jax.jit(lambda k, s, a, acquired, played: ENV.step_env(
+        k, s, a, PARAMS.replace(program_acquired_coef=acquired, program_played_coef=played)))
 
 
 # The random rollout test_env and test_programs check their invariants on: ROLL_B lanes, ROLL_T steps of a
@@ -67,16 +68,17 @@ def resets(n=96, seed=0):
     return jax.device_get(obs), jax.device_get(st)
 
 
-def step(state, action, seed=0, program_acquired_coef=0.0):
+def step(state, action, seed=0, program_acquired_coef=0.0, program_played_coef=0.0):
     """One step_env with the shared jitted function. Returns (obs, state, reward, term, info)."""
-    return step_with_key(jax.random.key(seed), state, action, program_acquired_coef)
+    return step_with_key(jax.random.key(seed), state, action, program_acquired_coef, program_played_coef)
 
 
-def step_with_key(key, state, action, program_acquired_coef=0.0):
+def step_with_key(key, state, action, program_acquired_coef=0.0, program_played_coef=0.0):
     """`step` with a given key (a raw uint32 key is wrapped: the same bits, so the same step)."""
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.wrap_key_data(key)
-    return _jstep()(key, state, jnp.int32(action), jnp.float32(program_acquired_coef))
+    return _jstep()(key, state, jnp.int32(action), jnp.float32(program_acquired_coef),
+                    jnp.float32(program_played_coef))
 
 
 def cell(r, c):

@@ -686,6 +686,32 @@ def test_program_acquired_shaping_pays_per_new_program_and_undo_takes_it_back():
     check_sum(r, info)
 
 
+def test_program_played_shaping_pays_the_first_play_of_each_program_once_per_game():
+    """EnvParams.program_played_coef (training shaping, not a rule): the coefficient the first time in a game each
+    program is played, 0 by default. Playing it again, UNDO's restore (R93) and an invalid program action earn
+    nothing, so the term is at most 23 times the coefficient per game."""
+    C = 0.75
+    s0 = make_state(player=(0, 0), exit=(5, 5), credits=4, energy=5, owned=["WAIT", "UNDO"])
+    assert not np.asarray(s0.played).any()
+    _, rules, _, _, info = step(s0, A["WAIT"], 1)                              # the rules' reward: the term is 0
+    assert terms(info)["programPlayed"] == 0.0
+    _, s1, r, _, info = step(s0, A["WAIT"], 1, program_played_coef=C)          # first WAIT: paid; turn ends, snapshot
+    assert abs(terms(info)["programPlayed"] - C) < 1e-6 and np.asarray(s1.played)[A["WAIT"] - 5]
+    check_sum(r, info)
+    _, s2, _, _, info = step(s1, A["WAIT"], 2, program_played_coef=C)          # second WAIT: nothing
+    assert terms(info)["programPlayed"] == 0.0 and int(s2.energy) == 3
+    _, s3, _, _, info = step(s2, A["UNDO"], 3, program_played_coef=C)          # first UNDO (pops the snapshot
+    assert abs(terms(info)["programPlayed"] - C) < 1e-6 and int(s3.energy) == 3  # of the second WAIT's phase): paid
+    _, s4, _, _, info = step(s3, A["UNDO"], 4, program_played_coef=C)          # second UNDO: back before the
+    assert terms(info)["programPlayed"] == 0.0 and int(s4.energy) == 4          # second WAIT, unpaid
+    assert np.asarray(s4.played)[A["WAIT"] - 5]                                # UNDO does not re-arm WAIT
+    _, _, _, _, info = step(s4, A["WAIT"], 5, program_played_coef=C)
+    assert terms(info)["programPlayed"] == 0.0
+    _, s5, _, _, info = step(s0, A["CRASH"], 6, program_played_coef=C)         # not owned: invalid, unpaid
+    assert bool(info["invalid_action"]) and terms(info)["programPlayed"] == 0.0
+    assert not np.asarray(s5.played).any()
+
+
 def test_R92_R93_undo_restores_snapshots_and_refunds():
     s0 = make_state(player=(0, 0), credits=6, energy=4, siphons=1, owned=["UNDO", "SHOW", "ATK+"],
                     blocks=[{"pos": (1, 1), "kind": "data", "points": 4}],

@@ -16,6 +16,8 @@ class EnvState:
     score: jnp.ndarray
     attack: jnp.ndarray
     owned: jnp.ndarray           # bool[23]
+    played: jnp.ndarray          # bool[23] programs played this game: bookkeeping for the programPlayed shaping
+                                 # term (not a rule, not observed, not in UNDO's snapshots, so UNDO cannot re-arm it)
     # --- globals (R27) ---
     stage: jnp.ndarray
     start_stage: jnp.ndarray     # int32 stage this game began on: 1 by the rules; later for a curriculum start,
@@ -92,6 +94,10 @@ class EnvParams:
     # newly owned, as the change in the number owned, so UNDO's restore of ownedPrograms (R92, R93) takes it back
     # and acquire-and-undo loops earn nothing. 0 = the rules' reward, which is what evaluations always play.
     program_acquired_coef: float = 0.0
+    # Training shaping (issue 22; not a rule): this much the first time in a game each program is played (a valid
+    # program action), so at most 23 times per game: playing one program over and over, or UNDO loops, earn it
+    # once. 0 = the rules' reward.
+    program_played_coef: float = 0.0
 
 
 def check_params(params: EnvParams) -> None:
@@ -105,6 +111,8 @@ def check_params(params: EnvParams) -> None:
                          f"skipped), got {params.curriculum_program_prob}")
     if not 0.0 <= params.program_acquired_coef < float("inf"):
         raise ValueError(f"program_acquired_coef must be finite and >= 0, got {params.program_acquired_coef}")
+    if not 0.0 <= params.program_played_coef < float("inf"):
+        raise ValueError(f"program_played_coef must be finite and >= 0, got {params.program_played_coef}")
     if params.max_steps_in_episode < 1:
         raise ValueError(f"max_steps_in_episode must be positive, got {params.max_steps_in_episode}")
 
@@ -112,7 +120,7 @@ def check_params(params: EnvParams) -> None:
 REWARD_TERMS = (
     "step", "stage", "score", "kills", "dataSiphon", "distance", "victory", "death",
     "resourceGain", "resourceHolding", "damagePenalty", "hpRecovery", "siphonQuality",
-    "programWaste", "siphonDeathPenalty", "programAcquired",
+    "programWaste", "siphonDeathPenalty", "programAcquired", "programPlayed",
 )
 
 

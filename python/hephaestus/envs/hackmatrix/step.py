@@ -201,6 +201,7 @@ def play(state, action, key, params):
     delta = jnp.where(dead, 0, jnp.where(reached, old_dist, old_dist - new_dist))
     stage_idx = jnp.clip(st.stage - 2, 0, 7)
     siphon_spawn_beside = enemies_beside_player(st) & st.ent_siphon
+    played_now = is_program & (action - 5 == jnp.arange(NUM_PROGRAMS))        # one-hot of the program played
     terms = {
         "step": -params.step_penalty * jnp.ones((), f32),
         "stage": jnp.where(reached, params.stage_coef * jnp.asarray(STAGE_REWARDS)[stage_idx], 0.0),
@@ -218,6 +219,7 @@ def play(state, action, key, params):
         "programWaste": jnp.where((action == A_RESET) & (hp0 == 2), -params.program_waste, 0.0),
         "siphonDeathPenalty": jnp.where(dead & jnp.any(siphon_spawn_beside), -params.siphon_death_penalty, 0.0),
         "programAcquired": params.program_acquired_coef * (jnp.sum(st.owned) - jnp.sum(state.owned)),
+        "programPlayed": params.program_played_coef * jnp.any(played_now & ~state.played),
     }
     terms = {k: jnp.where(valid, jnp.asarray(terms[k], f32), jnp.float32(0.0)) for k in REWARD_TERMS}
     reward = jnp.float32(0.0)
@@ -225,6 +227,7 @@ def play(state, action, key, params):
         reward = reward + terms[k]
     # invalid action (R121, D5): nothing changes
     st = select(valid, st, state)
+    st = st.replace(played=state.played | (played_now & valid))                # per game, whatever UNDO restores
     # E7 snapshot of a real enemy phase (R92) or UNDO's pop (R93), after everything else
     st = push_pop(st, valid & phase_ran, valid & (action == A_UNDO))
     st = st.replace(time=state.time + 1)
