@@ -693,7 +693,7 @@ def test_program_played_shaping_pays_the_first_play_of_each_program_once_per_gam
     C = 0.75
     s0 = make_state(player=(0, 0), exit=(5, 5), credits=4, energy=5, owned=["WAIT", "UNDO"])
     assert not np.asarray(s0.played).any()
-    _, rules, _, _, info = step(s0, A["WAIT"], 1)                              # the rules' reward: the term is 0
+    _, _, _, _, info = step(s0, A["WAIT"], 1)                                  # the rules' reward: the term is 0
     assert terms(info)["programPlayed"] == 0.0
     _, s1, r, _, info = step(s0, A["WAIT"], 1, program_played_coef=C)          # first WAIT: paid; turn ends, snapshot
     assert abs(terms(info)["programPlayed"] - C) < 1e-6 and np.asarray(s1.played)[A["WAIT"] - 5]

@@ -109,10 +109,9 @@ def check_params(params: EnvParams) -> None:
     if not 0.0 <= params.curriculum_program_prob <= 1.0 / 7:
         raise ValueError(f"curriculum_program_prob must be in [0, 1/7] (a probability per skipped stage, up to 7 "
                          f"skipped), got {params.curriculum_program_prob}")
-    if not 0.0 <= params.program_acquired_coef < float("inf"):
-        raise ValueError(f"program_acquired_coef must be finite and >= 0, got {params.program_acquired_coef}")
-    if not 0.0 <= params.program_played_coef < float("inf"):
-        raise ValueError(f"program_played_coef must be finite and >= 0, got {params.program_played_coef}")
+    for name in ("program_acquired_coef", "program_played_coef"):  # the training shaping terms
+        if not 0.0 <= getattr(params, name) < float("inf"):
+            raise ValueError(f"{name} must be finite and >= 0, got {getattr(params, name)}")
     if params.max_steps_in_episode < 1:
         raise ValueError(f"max_steps_in_episode must be positive, got {params.max_steps_in_episode}")
 

@@ -201,7 +201,7 @@ def play(state, action, key, params):
     delta = jnp.where(dead, 0, jnp.where(reached, old_dist, old_dist - new_dist))
     stage_idx = jnp.clip(st.stage - 2, 0, 7)
     siphon_spawn_beside = enemies_beside_player(st) & st.ent_siphon
-    played_now = is_program & (action - 5 == jnp.arange(NUM_PROGRAMS))        # one-hot of the program played
+    played_now = (action - 5 == jnp.arange(NUM_PROGRAMS)) & valid              # one-hot of a program played
     terms = {
         "step": -params.step_penalty * jnp.ones((), f32),
         "stage": jnp.where(reached, params.stage_coef * jnp.asarray(STAGE_REWARDS)[stage_idx], 0.0),
@@ -227,7 +227,7 @@ def play(state, action, key, params):
         reward = reward + terms[k]
     # invalid action (R121, D5): nothing changes
     st = select(valid, st, state)
-    st = st.replace(played=state.played | (played_now & valid))                # per game, whatever UNDO restores
+    st = st.replace(played=state.played | played_now)                          # per game, whatever UNDO restores
     # E7 snapshot of a real enemy phase (R92) or UNDO's pop (R93), after everything else
     st = push_pop(st, valid & phase_ran, valid & (action == A_UNDO))
     st = st.replace(time=state.time + 1)
@@ -237,17 +237,17 @@ def play(state, action, key, params):
         "victory": victory & valid,
         "dropped_transmissions": jnp.where(valid, dropped, 0).astype(i32),
         "reward_terms": terms,
-        "episode_stats": episode_stats(state, st, sp, action, valid, kills, pickup, reached, dead, victory),
+        "episode_stats": episode_stats(state, st, sp, action, valid, played_now, kills, pickup, reached, dead,
+                                       victory),
     }
     return st, next_stage, sd_stage, reward, terminated, info
 
 
-def episode_stats(before, after, siphoned, action, valid, kills, pickup, reached, dead, victory):
+def episode_stats(before, after, siphoned, action, valid, played, kills, pickup, reached, dead, victory):
     """This step's contribution to each statistic of env.EPISODE_STATS but ``step_limit`` (the env adds it: the
     step limit is the env's truncation). ``after`` is the state the step landed on (``before`` for an invalid
-    action), ``siphoned`` the siphon branch's state."""
+    action), ``siphoned`` the siphon branch's state, ``played`` the one-hot of a valid program action."""
     is_siphon = (action == A_SIPHON) & valid
-    played = (action - 5 == jnp.arange(NUM_PROGRAMS)) & valid
     # How the episode ended, where it ended in death: the enemies beside the player then (the killer is among
     # them: an attacker does not move, R56) and what the player held unused.
     died = dead & valid
