@@ -144,6 +144,22 @@ def test_evaluation_runs_k_episodes_to_their_end_or_the_cap(walk):
     assert m["eval/reach>=2"] == pytest.approx(np.mean(capped["stats"]["reach"] >= 2))
 
 
+def test_eval_json_keeps_each_episodes_statistics(walk, tmp_path):
+    """eval.json's per_episode record carries every declared statistic game by game, so a rate can be broken
+    down (e.g. which HackMatrix games looped on UNDO); the summary's rates are their means."""
+    from hephaestus.evaluation import write_eval_json
+
+    env, params = stat_walk(), walk.runner_state.train_state.params
+    out = jax.device_get(make_evaluator(env, walk.network, 7, 4)(params, jax.random.PRNGKey(4), policy_index("sampled")))
+    metrics = summarise(out, env.spec.episode_stats, "eval/")
+    data = json.loads(open(write_eval_json(str(tmp_path / "e.json"), metrics, {"eval/": out}, {})).read())
+    stats = data["per_episode"]["eval/"]["stats"]
+    assert set(stats) == {s.name for s in env.spec.episode_stats}
+    np.testing.assert_array_equal(stats["right_moves"], out["stats"]["right_moves"])
+    assert np.mean(stats["right_moves"]) == pytest.approx(data["metrics"]["eval/right_moves_per_episode"])
+    assert np.mean(np.array(stats["reach"]) >= 2) == pytest.approx(data["metrics"]["eval/reach>=2"])
+
+
 def test_evaluation_is_a_pure_function_of_params_and_key_and_vmaps(walk):
     env, params = stat_walk(), walk.runner_state.train_state.params
     program = make_evaluator(env, walk.network, 5, 50)

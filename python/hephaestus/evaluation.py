@@ -256,13 +256,16 @@ def summary_lines(metrics: dict, prefix: str = "eval/") -> list[str]:
 
 
 def write_eval_json(path: str, metrics: dict, raw: dict, info: dict) -> str:
-    """eval.json: what was evaluated (`info`), the metrics, and the per-episode returns and lengths (one list per
-    seed for a --num-seeds run)."""
+    """eval.json: what was evaluated (`info`), the metrics, and per episode its return, length, whether it
+    finished, and each of the env's episode statistics under `stats` (e.g. HackMatrix's `program_UNDO`: how many
+    UNDOs that game played), so a rate can be broken down by game; one list per seed for a --num-seeds run."""
     from hephaestus.sinks import json_clean
 
     episodes = {prefix: {"return": np.asarray(out["return"], float).tolist(),
                          "length": np.asarray(out["length"], int).tolist(),
-                         "finished": np.asarray(out["finished"], bool).tolist()} for prefix, out in raw.items()}
+                         "finished": np.asarray(out["finished"], bool).tolist(),
+                         "stats": {name: np.asarray(v, float).tolist() for name, v in out["stats"].items()}}
+                for prefix, out in raw.items()}
     clean = json_clean(metrics)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
