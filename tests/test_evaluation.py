@@ -237,11 +237,18 @@ def test_evaluate_script_end_to_end_and_bad_input(finished_run, tmp_path, capsys
     assert len(data["per_episode"]["eval_sampled/"]["return"]) == 4
     assert main(["--random", "--env", "gymnax:CartPole-v1", "--episodes", "3", "--max-steps", "10"]) == 0
     assert "random policy" in capsys.readouterr().out
+    # --env-params: the agent plays a variant of its env (here CartPole cut at 3 steps), recorded in the JSON
+    assert main([str(finished_run), "--episodes", "4", "--env-params", "max_steps_in_episode=3",
+                 "--json", str(out)]) == 0
+    assert "with max_steps_in_episode=3" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert max(data["per_episode"]["eval/"]["length"]) == 3 and data["env_params"] == {"max_steps_in_episode": "3"}
     for argv in ([str(tmp_path / "missing")], [str(finished_run), "--episodes", "0"], ["--random"],
                  [str(finished_run), "--json", str(tmp_path / "no" / "e.json")],
                  ["--scripted", "exit-rush"], ["--scripted", "exit-rush", "--env", "gymnax:CartPole-v1"],
                  [str(finished_run), "--scripted", "exit-rush", "--env", "hackmatrix"],
-                 ["--scripted", "exit-rush", "--env", "hackmatrix", "--sampled"]):
+                 ["--scripted", "exit-rush", "--env", "hackmatrix", "--sampled"],
+                 [str(finished_run), "--env-params", "max_step=3"], [str(finished_run), "--env-params", "gravity"]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("evaluate.py: error:") and err.count("\n") == 1, err

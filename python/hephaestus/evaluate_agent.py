@@ -43,6 +43,9 @@ def build_parser():
                    "(HackMatrix: exit-rush, exit-rush-siphon, exit-rush-safe, exit-rush-deep, exit-rush-programs; "
                    "needs --env)")
     p.add_argument("--env", help="environment for --random or --scripted, or for a file that names none")
+    p.add_argument("--env-params", metavar="NAME=VALUE,...", default="", help="play a variant of the env: its "
+                   "parameters as training's --env-params takes them (e.g. HackMatrix undo_across_stages=0); "
+                   "default: the env's own defaults, whatever the agent trained on")
     p.add_argument("--seed-index", type=int, default=None, help="which agent of a --num-seeds file (default: 0)")
     p.add_argument("--json", metavar="FILE", help="also write the metrics and per-episode results to FILE")
     return p
@@ -59,6 +62,12 @@ def main(argv=None) -> int:
 
         from hephaestus.compilation_cache import enable_compilation_cache
 
+        from hephaestus.envs.registry import EnvParamError, parse_env_params
+
+        try:
+            env_params = parse_env_params([i for i in args.env_params.split(",") if i.strip()])
+        except EnvParamError as err:
+            raise EvalError(str(err)) from None
         cache_dir = enable_compilation_cache()
         if args.scripted is not None:
             if args.random or args.path or args.sampled:
@@ -83,20 +92,25 @@ def main(argv=None) -> int:
             index = args.seed_index or 0
             label = agent_label(meta, index)  # a sweep agent: its point and seed
             source = f"{path} (seed index {index}: {label})" if label else path
+        if env_params:  # the same env and network shapes, other rules or rewards
+            env = load_env(env.spec.name, **env_params)
         if args.scripted is not None:
             policies = [args.scripted]
         elif args.random:
             policies = ["random"]
         else:
             policies = ["greedy"] + (["sampled"] if args.sampled else [])
-        print(f"evaluating {source}: env {env.spec.name}, update {meta.get('update', '-')}, "
+        variant = f" with {args.env_params}" if env_params else ""
+        print(f"evaluating {source}: env {env.spec.name}{variant}, update {meta.get('update', '-')}, "
               f"{args.episodes} episodes x at most {args.max_steps} steps, {' and '.join(policies)} policy",
               flush=True)
         # The env and network come from the env's name and the file's network metadata alone: with those as the
         # key, a second evaluation of such an agent reads its stored program instead of tracing it again.
         evaluator = Evaluator(env, network, args.episodes, args.max_steps, batch=args.batch_size,
                               policies=None if args.scripted else tuple(policies), cache_dir=cache_dir,
-                              agent={"env": env.spec.name, "network": meta.get("network")}, scripted=args.scripted)
+                              agent={"env": env.spec.name, "network": meta.get("network"),
+                                     **({"env_params": env_params} if env_params else {})},
+                              scripted=args.scripted)
         t0 = time.perf_counter()
         metrics, raw = evaluator(params, jax.random.PRNGKey(args.seed))
         print(f"{' and '.join(policies)}: {time.perf_counter() - t0:.1f}s (compile included)")
@@ -105,7 +119,7 @@ def main(argv=None) -> int:
         if args.json:
             info = {"source": source, "env": env.spec.name, "update": meta.get("update"),
                     "env_steps": meta.get("env_steps"), "episodes": args.episodes, "max_steps": args.max_steps,
-                    "batch": evaluator.batch, "policies": policies, "seed": args.seed}
+                    "batch": evaluator.batch, "policies": policies, "seed": args.seed, "env_params": env_params}
             print(f"written {write_eval_json(args.json, metrics, raw, info)}")
         return 0
     except (EvalError, WatchError) as err:

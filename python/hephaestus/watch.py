@@ -100,12 +100,12 @@ def resolve_params_path(path: str | None, latest: bool = False, checkpoints_dir:
 
 
 # ------------------------------------------------------------------------------------------------ loading
-def load_env(name: str):
-    """The adapted env by name, with one-line errors."""
+def load_env(name: str, **env_params):
+    """The adapted env by name (with `env_params`, as --env-params gives them), with one-line errors."""
     from hephaestus.envs.registry import UnknownEnvError, make_env
 
     try:
-        return make_env(name)
+        return make_env(name, **env_params)
     except UnknownEnvError as err:
         raise WatchError(str(err)) from None
     except Exception as err:  # noqa: BLE001 - e.g. an optional env family that is not installed
