@@ -49,13 +49,14 @@ def _bool01(text: str) -> bool:
     return text == "1"
 
 
-def _names(text: str) -> tuple[str, ...]:
+def comma_separated(text: str) -> tuple[str, ...]:
+    """A comma-separated flag value as a tuple of its non-empty, stripped items (the "csv" options' parser)."""
     return tuple(s.strip() for s in text.split(",") if s.strip())
 
 
 def _whole_numbers(text: str) -> tuple[int, ...]:
     try:
-        return tuple(number(s) for s in _names(text))
+        return tuple(number(s) for s in comma_separated(text))
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
 
@@ -72,7 +73,7 @@ def _add_option(group, option: Option) -> None:
     if kind == "bool":
         kwargs.update(type=_bool01, metavar="0|1")
     elif kind == "tuple":
-        kwargs.update(type=_names if option.element is str else _whole_numbers,
+        kwargs.update(type=comma_separated if option.element is str else _whole_numbers,
                       metavar=option.metadata.get("metavar", "NAME[,NAME...]"))
     elif option.metadata.get("parse") == "number":
         kwargs.update(type=number)

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 
+from hephaestus.cli import comma_separated
 from hephaestus.evaluation import Evaluator, summary_lines, write_eval_json
 from hephaestus.export import agent_label
 from hephaestus.watch import WatchError, load_agent, load_env, resolve_params_path
@@ -43,7 +44,7 @@ def build_parser():
                    "(HackMatrix: exit-rush, exit-rush-siphon, exit-rush-safe, exit-rush-deep, exit-rush-programs; "
                    "needs --env)")
     p.add_argument("--env", help="environment for --random or --scripted, or for a file that names none")
-    p.add_argument("--env-params", metavar="NAME=VALUE,...", default="", help="play a variant of the env: its "
+    p.add_argument("--env-params", metavar="NAME=VALUE,...", type=comma_separated, default=(), help="play a variant of the env: its "
                    "parameters as training's --env-params takes them (e.g. HackMatrix undo_across_stages=0); "
                    "default: the env's own defaults, whatever the agent trained on")
     p.add_argument("--seed-index", type=int, default=None, help="which agent of a --num-seeds file (default: 0)")
@@ -61,11 +62,10 @@ def main(argv=None) -> int:
         import jax
 
         from hephaestus.compilation_cache import enable_compilation_cache
-
         from hephaestus.envs.registry import EnvParamError, parse_env_params
 
         try:
-            env_params = parse_env_params([i for i in args.env_params.split(",") if i.strip()])
+            env_params = parse_env_params(args.env_params)
         except EnvParamError as err:
             raise EvalError(str(err)) from None
         cache_dir = enable_compilation_cache()
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                 raise EvalError("--scripted plays without an agent: give --env, not a path, --random or --sampled")
             if not args.env:
                 raise EvalError("--scripted needs --env")
-            env, network, params, meta = load_env(args.env), None, None, {}
+            env, network, params, meta = load_env(args.env, **env_params), None, None, {}
             try:
                 env.scripted_policy(args.scripted)  # before the "evaluating ..." line
             except ValueError as err:
@@ -83,24 +83,22 @@ def main(argv=None) -> int:
         elif args.random and not args.path:
             if not args.env:
                 raise EvalError("--random needs --env (or a parameter file naming the env)")
-            env, network, params, meta, source = load_env(args.env), None, None, {}, "random policy"
+            env, network, params, meta, source = load_env(args.env, **env_params), None, None, {}, "random policy"
         elif not args.path:
             raise EvalError("give a parameter file or run directory (or --random --env ENV)")
         else:
             path = resolve_params_path(args.path)
-            params, meta, env, network = load_agent(path, args.env, args.seed_index)
+            params, meta, env, network = load_agent(path, args.env, args.seed_index, env_params)
             index = args.seed_index or 0
             label = agent_label(meta, index)  # a sweep agent: its point and seed
             source = f"{path} (seed index {index}: {label})" if label else path
-        if env_params:  # the same env and network shapes, other rules or rewards
-            env = load_env(env.spec.name, **env_params)
         if args.scripted is not None:
             policies = [args.scripted]
         elif args.random:
             policies = ["random"]
         else:
             policies = ["greedy"] + (["sampled"] if args.sampled else [])
-        variant = f" with {args.env_params}" if env_params else ""
+        variant = f" with {','.join(args.env_params)}" if env_params else ""
         print(f"evaluating {source}: env {env.spec.name}{variant}, update {meta.get('update', '-')}, "
               f"{args.episodes} episodes x at most {args.max_steps} steps, {' and '.join(policies)} policy",
               flush=True)

@@ -112,11 +112,13 @@ def load_env(name: str, **env_params):
         raise WatchError(f"cannot build env {name!r}: {type(err).__name__}: {err}".splitlines()[0]) from None
 
 
-def load_agent(params_path: str, env_override: str | None = None, seed_index: int | None = None):
+def load_agent(params_path: str, env_override: str | None = None, seed_index: int | None = None,
+               env_params: dict | None = None):
     """(params, metadata, adapted env, network) of a parameter file (seed `seed_index` of a multi-seed file),
     checked against each other: the env it
-    names (else `env_override`), the network its metadata describes, the arrays' shapes. watch_agent.py and
-    evaluate.py load agents through this."""
+    names (else `env_override`), built with `env_params` (a variant: evaluate.py --env-params; default the env's
+    own), the network its metadata describes, the arrays' shapes. watch_agent.py and evaluate.py load agents
+    through this."""
     import jax
     import jax.numpy as jnp
 
@@ -139,7 +141,7 @@ def load_agent(params_path: str, env_override: str | None = None, seed_index: in
     env_name = file_env or env_override
     if not env_name:
         raise WatchError(f"{params_path}: the file names no environment; pass --env")
-    env = load_env(env_name)
+    env = load_env(env_name, **(env_params or {}))
     spec = env.spec
     if (spec.obs_dim, spec.action_dim, spec.discrete) != (net.obs_dim, net.action_dim, net.discrete):
         raise WatchError(
