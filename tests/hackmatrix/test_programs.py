@@ -712,6 +712,40 @@ def test_program_played_shaping_pays_the_first_play_of_each_program_once_per_gam
     assert not np.asarray(s5.played).any()
 
 
+def test_program_played_at_clear_pays_the_stage_s_first_plays_on_its_clear_and_forfeits_them_on_death():
+    """EnvParams.program_played_at_clear (training shaping, not a rule): programPlayed pays a stage's first plays on
+    the step that completes the stage, none on the play itself, and a game that ends before the clear forfeits
+    them. A replay or an invalid program action adds nothing; False pays on the play (the test above)."""
+    C = 0.75
+    s0 = make_state(player=(0, 0), exit=(1, 0), credits=5, energy=5, owned=["WAIT", "SHOW"])
+    kw = dict(program_played_coef=C, program_played_at_clear=True)
+    _, s1, r, _, info = step(s0, A["WAIT"], 1, **kw)                           # first WAIT: owed, not paid
+    assert terms(info)["programPlayed"] == 0.0 and int(s1.played_unpaid) == 1
+    check_sum(r, info)
+    _, s2, _, _, info = step(s1, A["WAIT"], 2, **kw)                           # a replay adds nothing
+    assert terms(info)["programPlayed"] == 0.0 and int(s2.played_unpaid) == 1
+    _, s3, _, _, info = step(s2, A["SHOW"], 3, **kw)                           # first SHOW: two owed
+    assert terms(info)["programPlayed"] == 0.0 and int(s3.played_unpaid) == 2
+    _, s3b, _, _, info = step(s3, A["CRASH"], 4, **kw)                         # not owned: invalid, the same debt
+    assert bool(info["invalid_action"]) and int(s3b.played_unpaid) == 2
+    _, s4, r, _, info = step(s3, UP, 5, **kw)                                  # onto the exit: stage 2, both paid
+    assert int(s4.stage) == 2 and abs(terms(info)["programPlayed"] - 2 * C) < 1e-6
+    assert int(s4.played_unpaid) == 0
+    check_sum(r, info)
+    _, s5, _, _, info = step(s4, A["WAIT"], 6, **kw)                           # WAIT again on stage 2: played
+    assert terms(info)["programPlayed"] == 0.0 and int(s5.played_unpaid) == 0  # this game already, owes nothing
+    _, s6, _, _, info = step(s0, UP, 7, **kw)                                  # a clear with nothing owed
+    assert int(s6.stage) == 2 and terms(info)["programPlayed"] == 0.0
+    _, p1, _, _, info = step(s0, A["WAIT"], 8, program_played_coef=C)          # False: paid on the play, nothing
+    assert abs(terms(info)["programPlayed"] - C) < 1e-6 and int(p1.played_unpaid) == 0  # owed
+    # A death before the clear forfeits the debt: 1 HP, a virus in reach, WAIT ends the turn.
+    d0 = make_state(player=(0, 0), hp=1, exit=(5, 5), energy=2, owned=["WAIT"],
+                    enemies=[{"type": "virus", "pos": (0, 2)}])
+    _, d1, r, term, info = step(d0, A["WAIT"], 9, **kw)
+    assert bool(term) and int(d1.hp) == 0 and terms(info)["programPlayed"] == 0.0
+    check_sum(r, info)
+
+
 def test_R92_R93_undo_restores_snapshots_and_refunds():
     s0 = make_state(player=(0, 0), credits=6, energy=4, siphons=1, owned=["UNDO", "SHOW", "ATK+"],
                     blocks=[{"pos": (1, 1), "kind": "data", "points": 4}],

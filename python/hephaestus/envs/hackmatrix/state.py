@@ -18,6 +18,8 @@ class EnvState:
     owned: jnp.ndarray           # bool[23]
     played: jnp.ndarray          # bool[23] programs played this game: bookkeeping for the programPlayed shaping
                                  # term (not a rule, not observed, not in UNDO's snapshots, so UNDO cannot re-arm it)
+    played_unpaid: jnp.ndarray   # int32 programs first played since the last stage completion, their programPlayed
+                                 # not yet paid (EnvParams.program_played_at_clear; bookkeeping like ``played``)
     # --- globals (R27) ---
     stage: jnp.ndarray
     start_stage: jnp.ndarray     # int32 stage this game began on: 1 by the rules; later for a curriculum start,
@@ -98,6 +100,10 @@ class EnvParams:
     # program action), so at most 23 times per game: playing one program over and over, or UNDO loops, earn it
     # once. 0 = the rules' reward.
     program_played_coef: float = 0.0
+    # When True, programPlayed pays those first plays on the step that completes the stage they were played on
+    # (or wins), and a game that ends before that forfeits them: a play is worth its price only to a player that
+    # survives the stage. False = paid on the play. Ignored while program_played_coef is 0.
+    program_played_at_clear: bool = False
 
 
 def check_params(params: EnvParams) -> None:

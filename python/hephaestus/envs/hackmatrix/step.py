@@ -202,6 +202,10 @@ def play(state, action, key, params):
     stage_idx = jnp.clip(st.stage - 2, 0, 7)
     siphon_spawn_beside = enemies_beside_player(st) & st.ent_siphon
     played_now = (action - 5 == jnp.arange(NUM_PROGRAMS)) & valid              # one-hot of a program played
+    first_play = jnp.any(played_now & ~state.played).astype(i32)              # its first play this game
+    at_clear = jnp.asarray(params.program_played_at_clear, bool)
+    unpaid = state.played_unpaid + first_play                                   # first plays awaiting a clear
+    plays_paid = jnp.where(at_clear, jnp.where(reached, unpaid, 0), first_play)
     terms = {
         "step": -params.step_penalty * jnp.ones((), f32),
         "stage": jnp.where(reached, params.stage_coef * jnp.asarray(STAGE_REWARDS)[stage_idx], 0.0),
@@ -219,7 +223,7 @@ def play(state, action, key, params):
         "programWaste": jnp.where((action == A_RESET) & (hp0 == 2), -params.program_waste, 0.0),
         "siphonDeathPenalty": jnp.where(dead & jnp.any(siphon_spawn_beside), -params.siphon_death_penalty, 0.0),
         "programAcquired": params.program_acquired_coef * (jnp.sum(st.owned) - jnp.sum(state.owned)),
-        "programPlayed": params.program_played_coef * jnp.any(played_now & ~state.played),
+        "programPlayed": params.program_played_coef * plays_paid,
     }
     terms = {k: jnp.where(valid, jnp.asarray(terms[k], f32), jnp.float32(0.0)) for k in REWARD_TERMS}
     reward = jnp.float32(0.0)
@@ -227,7 +231,8 @@ def play(state, action, key, params):
         reward = reward + terms[k]
     # invalid action (R121, D5): nothing changes
     st = select(valid, st, state)
-    st = st.replace(played=state.played | played_now)                          # per game, whatever UNDO restores
+    st = st.replace(played=state.played | played_now,                          # per game, whatever UNDO restores
+                    played_unpaid=jnp.where(at_clear & ~(reached & valid), unpaid, 0).astype(i32))
     # E7 snapshot of a real enemy phase (R92) or UNDO's pop (R93), after everything else
     st = push_pop(st, valid & phase_ran, valid & (action == A_UNDO))
     st = st.replace(time=state.time + 1)
