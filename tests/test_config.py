@@ -42,7 +42,7 @@ def test_base_inheritance_and_command_line_precedence(tmp_path):
 
 def test_presets_load_and_validate():
     presets = {name: resolve(load_config_file(os.path.join(ROOT, "configs", f"{name}.yaml")))[0]
-               for name in ("cartpole", "hackmatrix-tpu", "deepsea-dtc")}
+               for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-safe", "deepsea-dtc")}
     cartpole = presets["cartpole"]  # PureJaxRL's settings
     assert (cartpole.env.num_envs, cartpole.env.num_steps, cartpole.env.total_timesteps) == (4, 128, 500_000)
     assert (cartpole.ppo.num_minibatches, cartpole.ppo.update_epochs, cartpole.ppo.lr, cartpole.ppo.ent_coef) == \
@@ -50,7 +50,12 @@ def test_presets_load_and_validate():
     assert (cartpole.network.hidden_dim, cartpole.network.num_layers, cartpole.network.activation) == (64, 2, "tanh")
     tpu = presets["hackmatrix-tpu"]
     assert (tpu.env.name, tpu.env.num_envs, tpu.env.total_timesteps) == ("hackmatrix", 2048, 5 * 10**7)
-    assert (tpu.ppo.teacher, tpu.network.encoder) == ("exit-rush-safe", "ego")  # the measured best run's
+    assert (tpu.ppo.teacher, tpu.ppo.teacher_fraction, tpu.network.encoder) == ("exit-rush-programs", 0.5, "ego")
+    assert (tpu.network.hidden_dim, tpu.network.cell_dim) == (128, 8)  # the measured best run's
+    assert tpu.env.env_params == ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1")
+    safe = presets["hackmatrix-tpu-safe"]  # the file before 29 Nov, which earlier commands in specs/ name
+    assert (safe.ppo.teacher, safe.ppo.teacher_fraction, safe.network.hidden_dim, safe.env.env_params) == \
+        ("exit-rush-safe", 1.0, 256, ())
     assert (tpu.ppo.num_minibatches, tpu.ppo.update_epochs) == (32, 2)  # auto-scaled
     assert presets["deepsea-dtc"].extra_stages == cfg.DTC_STAGES
 
