@@ -391,3 +391,30 @@ def test_watch_module_names_no_env():
     source = open(hephaestus.watch.__file__).read().lower()
     for word in ("hackmatrix", "siphon", "program", "stage", "credits", "cartpole", "gymnax", "jumanji"):
         assert word not in source, word
+
+
+@pytest.mark.heavy
+def test_eval_game_replays_the_game_evaluate_played(tmp_path):
+    """watch_agent.py --eval-game G replays game G of evaluate.py's greedy games, step for step: the same length,
+    return and statistics for every game, across two batches (--batch-size 3 of 6 games: the batch's own key)."""
+    import json
+
+    from hephaestus.watch import EvaluationGameKeys, Player
+
+    params = fresh_params(tmp_path / "final_params.npz", "hackmatrix")
+    report = tmp_path / "eval.json"
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "evaluate.py"), str(params),
+                          "--episodes", "6", "--batch-size", "3", "--max-steps", "40", "--seed", "7",
+                          "--json", str(report)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr
+    games = json.loads(report.read_text())["per_episode"]["eval/"]
+    assert len(set(np.round(games["return"], 4))) > 1  # different games, so agreeing on each one means something
+    player = Player(str(params))
+    for g in range(6):
+        [result] = player.episodes(1, 40, 7, lambda frame: None, keys=EvaluationGameKeys(7, g, 3))
+        assert result.steps == games["length"][g], g
+        assert result.total_reward == pytest.approx(games["return"][g], abs=1e-3), g
+        assert result.stats["stage_reached"] == games["stats"]["stage_reached"][g], g
+    # the script's flag: one line for what cannot be replayed
+    bad = watch(str(params), "--eval-game", "0", "--sample")
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "greedy" in bad.stderr

@@ -185,6 +185,58 @@ def _compiled_env(env):
     return _COMPILED_ENVS[env.spec.name]
 
 
+# ------------------------------------------------------------------------------------------------ keys
+class WatchKeys:
+    """watch_agent.py's own keys: one stream from `--seed`, episode after episode."""
+
+    def __init__(self, seed: int):
+        import jax
+
+        self.key = jax.random.PRNGKey(seed)
+
+    def reset(self):
+        """The key of the next episode's reset."""
+        import jax
+
+        self.key, k_reset = jax.random.split(self.key)
+        return k_reset
+
+    def step(self):
+        """(policy key, key of `step_no_reset`) for the next step."""
+        import jax
+
+        self.key, k_act, k_env = jax.random.split(self.key, 3)
+        return k_act, k_env
+
+
+class EvaluationGameKeys:
+    """The keys of game `game` (0-based, as `evaluate.py --json` lists its games) of `evaluate.py --seed SEED`'s
+    greedy games, played `batch` at a time (its --batch-size, else its --episodes): the key schedule of
+    `evaluation.Evaluator` (greedy is its first policy: `fold_in(key, 0)`), `run_in_batches` (the batch's number:
+    `fold_in(key, b)`) and `make_evaluator`'s run (one reset key and one env key per step, split over the batch's
+    lanes), so the replay is that very game, step for step. The adapters' auto-resetting `step(key)` makes its
+    transition with the first half of `split(key)` (`adapters._with_auto_reset`, and envs with their own
+    `step_and_reset`; steps that take no key ignore it), which is the key `step_no_reset` gets here. Greedy only: a sampled action of
+    one lane is drawn from a key shared by the whole batch."""
+
+    def __init__(self, seed: int, game: int, batch: int):
+        import jax
+
+        self.batch, self.lane = batch, game % batch
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), 0), game // batch)
+        key_reset, self.key = jax.random.split(key)
+        self._reset_key = jax.random.split(key_reset, batch)[self.lane]
+
+    def reset(self):
+        return self._reset_key
+
+    def step(self):
+        import jax
+
+        self.key, k_act, k_env = jax.random.split(self.key, 3)
+        return k_act, jax.random.split(jax.random.split(k_env, self.batch)[self.lane])[0]
+
+
 # ------------------------------------------------------------------------------------------------ player
 @dataclass
 class Frame:
@@ -244,22 +296,23 @@ class Player:
 
     # -- playing ----------------------------------------------------------------------------------------
     def episodes(self, num_episodes: int, max_steps: int, seed: int, on_frame: Callable[[Frame], bool | None],
-                 on_end: Callable[[int, EpisodeResult], None] | None = None) -> list[EpisodeResult]:
-        """Play; call `on_frame` for each frame (returning True stops early) and `on_end` after each episode."""
+                 on_end: Callable[[int, EpisodeResult], None] | None = None,
+                 keys: "WatchKeys | EvaluationGameKeys | None" = None) -> list[EpisodeResult]:
+        """Play; call `on_frame` for each frame (returning True stops early) and `on_end` after each episode.
+        `keys`: where the episodes' keys come from (default `WatchKeys(seed)`)."""
         import jax
 
         declared = self.spec.episode_stats
-        key = jax.random.PRNGKey(seed)
+        keys = keys or WatchKeys(seed)
         results = []
         for ep in range(num_episodes):
-            key, k_reset = jax.random.split(key)
-            state, out = self._reset(k_reset)
+            state, out = self._reset(keys.reset())
             total, stats = 0.0, episode_stats.zeros(declared, (), np)
             if on_frame(Frame(ep + 1, 0, state, np.asarray(out.obs))):
                 break
             outcome, steps, stop = "out of steps", 0, False
             for t in range(max_steps):
-                key, k_act, k_env = jax.random.split(key, 3)
+                k_act, k_env = keys.step()
                 action = self._policy(self.params, k_act, out.obs, out.action_mask)
                 state, out = self._step(k_env, state, action)
                 info = jax.device_get(out.info)
@@ -538,11 +591,18 @@ def build_parser():
     p.add_argument("--checkpoints-dir", default="checkpoints", help="where --latest looks (default: checkpoints)")
     p.add_argument("--env", help="environment, used only when the file does not name one")
     p.add_argument("--episodes", type=int, default=3, help="episodes to play (default 3)")
-    p.add_argument("--max-steps", type=int, default=500, help="steps per episode at most (default 500)")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="steps per episode at most (default 500; 1000 with --eval-game)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seed-index", type=int, default=None, metavar="I",
                    help="which agent of a --num-seeds run to watch: row I of its parameter file (default 0)")
     p.add_argument("--sample", action="store_true", help="sample actions instead of the greedy argmax")
+    p.add_argument("--eval-game", type=int, default=None, metavar="G",
+                   help="replay game G (0-based, as its --json lists them) of `evaluate.py --seed SEED` (greedy), "
+                        "step for step, e.g. the one victory in 1000; --max-steps then defaults to evaluate's 1000")
+    p.add_argument("--eval-batch", type=int, default=1000, metavar="N",
+                   help="with --eval-game: the games that evaluation played at once (its --batch-size, else its "
+                        "--episodes; default 1000)")
     view = p.add_mutually_exclusive_group()
     view.add_argument("--window", action="store_true", help="show the frames in a window (needs a display)")
     view.add_argument("--save", metavar="FILE", help="write the frames to FILE.gif or FILE.mp4 (headless)")
@@ -554,8 +614,15 @@ def main(argv=None, compile_cache: bool = True) -> int:
     """The script; `compile_cache` turns on the persistent compilation cache (`compilation_cache.enable_compilation_cache`)."""
     args = build_parser().parse_args(argv)
     try:
+        replay = args.eval_game is not None
+        if args.max_steps is None:
+            args.max_steps = 1000 if replay else 500
         if args.episodes < 1 or args.max_steps < 1:
             raise WatchError("--episodes and --max-steps must be at least 1")
+        if replay and (args.eval_game < 0 or args.eval_batch < 1):
+            raise WatchError("--eval-game must be at least 0 and --eval-batch at least 1")
+        if replay and args.sample:
+            raise WatchError("--eval-game replays evaluate.py's greedy games; it cannot be given with --sample")
         if args.path and args.latest:
             raise WatchError("give either a path or --latest, not both")
         path = resolve_params_path(args.path, args.latest, args.checkpoints_dir)
@@ -586,7 +653,9 @@ def main(argv=None, compile_cache: bool = True) -> int:
         on_end = view.episode_done if isinstance(view, TerminalView) else \
             (lambda ep, r: print(episode_line(ep, r), flush=True))
         try:
-            results = player.episodes(args.episodes, args.max_steps, args.seed, view, on_end=on_end)
+            keys = EvaluationGameKeys(args.seed, args.eval_game, args.eval_batch) if replay else None
+            results = player.episodes(1 if replay else args.episodes, args.max_steps, args.seed, view,
+                                      on_end=on_end, keys=keys)
         except KeyboardInterrupt:
             if args.save and view.frames:  # Ctrl-C: keep what was played
                 n = view.write()
