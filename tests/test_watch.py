@@ -399,7 +399,8 @@ def test_eval_game_replays_the_game_evaluate_played(tmp_path):
     return and statistics for every game, across two batches (--batch-size 3 of 6 games: the batch's own key)."""
     import json
 
-    from hephaestus.watch import EvaluationGameKeys, Player
+    from hephaestus.evaluation import GameKeys
+    from hephaestus.watch import Player
 
     params = fresh_params(tmp_path / "final_params.npz", "hackmatrix")
     report = tmp_path / "eval.json"
@@ -411,7 +412,7 @@ def test_eval_game_replays_the_game_evaluate_played(tmp_path):
     assert len(set(np.round(games["return"], 4))) > 1  # different games, so agreeing on each one means something
     player = Player(str(params))
     for g in range(6):
-        [result] = player.episodes(1, 40, 7, lambda frame: None, keys=EvaluationGameKeys(7, g, 3))
+        [result] = player.episodes(1, 40, 7, lambda frame: None, keys=GameKeys(7, g, 3))
         assert result.steps == games["length"][g], g
         assert result.total_reward == pytest.approx(games["return"][g], abs=1e-3), g
         assert result.stats["stage_reached"] == games["stats"]["stage_reached"][g], g

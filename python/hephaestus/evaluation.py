@@ -20,6 +20,7 @@ length and statistics are those of the part played) and every declared episode s
 `Evaluator` compiles that program once and runs the policies a caller asks for in batches, for one agent or a --num-seeds
 stack of them. The training loop runs it every `--eval-every` updates (loop.py), train.py once at the end of a
 run (`final_evaluation`, eval.json), and `scripts/evaluate.py` for any saved agent (evaluate_agent.py).
+`GameKeys` gives one game's keys of such an evaluation, so `watch_agent.py --eval-game` can replay it.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def make_evaluator(env, network, episodes: int, max_steps: int, scripted=None):
         sampled = lambda _: nets.act(network, params, obs, mask, key)[0]  # noqa: E731
         return jax.lax.switch(policy, [greedy, sampled, random], None)  # in POLICIES order
 
-    def run(params, key, policy):
+    def run(params, key, policy):  # its key schedule is GameKeys' (a replay of one game): change both together
         key_reset, key = jax.random.split(key)
         env_state, first = v_reset(jax.random.split(key_reset, episodes))
         carry = {"env_state": env_state, "obs": first.obs, "mask": first.action_mask, "key": key,
@@ -107,6 +108,38 @@ def make_evaluator(env, network, episodes: int, max_steps: int, scripted=None):
         return {"return": c["return"], "length": c["length"], "finished": c["finished"], "stats": c["stats"]}
 
     return jax.jit(run)
+
+
+class GameKeys:
+    """The keys of game `game` (0-based, as `evaluate.py --json` lists its games) of the greedy games that
+    `Evaluator` played from `PRNGKey(seed)` (evaluate.py --seed), `batch` at a time (its --batch-size, else its
+    --episodes), one at a time for `watch_agent.py --eval-game` (`reset()`, then `step()` per step, as
+    watch.WatchKeys): greedy is the Evaluator's first policy (`fold_in(key, 0)`), the game's batch is
+    `fold_in(key, game // batch)` (run_in_batches), and in `make_evaluator`'s run the game is lane `game % batch`
+    of the reset keys and of each step's env keys. The adapters' auto-resetting `step(key)` makes its transition
+    with the first half of `split(key)` (`adapters._with_auto_reset`, and envs' own `step_and_reset`; steps that
+    take no key ignore it), which is the key `step_no_reset` gets here. A change to the schedule above must change
+    this too (tests/test_watch.py replays evaluate.py's games). Greedy only: a sampled action of one lane is drawn
+    from a key the whole batch shares."""
+
+    def __init__(self, seed: int, game: int, batch: int):
+        import jax
+
+        self.batch, self.lane = batch, game % batch
+        key = fold_in(fold_in(jax.random.PRNGKey(seed), 0), game // batch)
+        key_reset, self.key = jax.random.split(key)
+        self._reset_key = jax.random.split(key_reset, batch)[self.lane]
+
+    def reset(self):
+        """The key of the game's reset."""
+        return self._reset_key
+
+    def step(self):
+        """(policy key, key of `step_no_reset`) for the game's next step."""
+        import jax
+
+        self.key, k_act, k_env = jax.random.split(self.key, 3)
+        return k_act, jax.random.split(jax.random.split(k_env, self.batch)[self.lane])[0]
 
 
 def summarise(out: dict, stats, prefix: str = "eval/") -> dict:

@@ -187,7 +187,8 @@ def _compiled_env(env):
 
 # ------------------------------------------------------------------------------------------------ keys
 class WatchKeys:
-    """watch_agent.py's own keys: one stream from `--seed`, episode after episode."""
+    """watch_agent.py's own keys: one stream from `--seed`, episode after episode. (`--eval-game` uses
+    `evaluation.GameKeys` instead, the same interface.)"""
 
     def __init__(self, seed: int):
         import jax
@@ -207,34 +208,6 @@ class WatchKeys:
 
         self.key, k_act, k_env = jax.random.split(self.key, 3)
         return k_act, k_env
-
-
-class EvaluationGameKeys:
-    """The keys of game `game` (0-based, as `evaluate.py --json` lists its games) of `evaluate.py --seed SEED`'s
-    greedy games, played `batch` at a time (its --batch-size, else its --episodes): the key schedule of
-    `evaluation.Evaluator` (greedy is its first policy: `fold_in(key, 0)`), `run_in_batches` (the batch's number:
-    `fold_in(key, b)`) and `make_evaluator`'s run (one reset key and one env key per step, split over the batch's
-    lanes), so the replay is that very game, step for step. The adapters' auto-resetting `step(key)` makes its
-    transition with the first half of `split(key)` (`adapters._with_auto_reset`, and envs with their own
-    `step_and_reset`; steps that take no key ignore it), which is the key `step_no_reset` gets here. Greedy only: a sampled action of
-    one lane is drawn from a key shared by the whole batch."""
-
-    def __init__(self, seed: int, game: int, batch: int):
-        import jax
-
-        self.batch, self.lane = batch, game % batch
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), 0), game // batch)
-        key_reset, self.key = jax.random.split(key)
-        self._reset_key = jax.random.split(key_reset, batch)[self.lane]
-
-    def reset(self):
-        return self._reset_key
-
-    def step(self):
-        import jax
-
-        self.key, k_act, k_env = jax.random.split(self.key, 3)
-        return k_act, jax.random.split(jax.random.split(k_env, self.batch)[self.lane])[0]
 
 
 # ------------------------------------------------------------------------------------------------ player
@@ -297,9 +270,10 @@ class Player:
     # -- playing ----------------------------------------------------------------------------------------
     def episodes(self, num_episodes: int, max_steps: int, seed: int, on_frame: Callable[[Frame], bool | None],
                  on_end: Callable[[int, EpisodeResult], None] | None = None,
-                 keys: "WatchKeys | EvaluationGameKeys | None" = None) -> list[EpisodeResult]:
+                 keys=None) -> list[EpisodeResult]:
         """Play; call `on_frame` for each frame (returning True stops early) and `on_end` after each episode.
-        `keys`: where the episodes' keys come from (default `WatchKeys(seed)`)."""
+        `keys`: where the episodes' keys come from: `WatchKeys(seed)` (the default), or
+        `evaluation.GameKeys` to replay one game of an evaluation."""
         import jax
 
         declared = self.spec.episode_stats
@@ -653,7 +627,9 @@ def main(argv=None, compile_cache: bool = True) -> int:
         on_end = view.episode_done if isinstance(view, TerminalView) else \
             (lambda ep, r: print(episode_line(ep, r), flush=True))
         try:
-            keys = EvaluationGameKeys(args.seed, args.eval_game, args.eval_batch) if replay else None
+            from hephaestus.evaluation import GameKeys
+
+            keys = GameKeys(args.seed, args.eval_game, args.eval_batch) if replay else None
             results = player.episodes(1 if replay else args.episodes, args.max_steps, args.seed, view,
                                       on_end=on_end, keys=keys)
         except KeyboardInterrupt:
