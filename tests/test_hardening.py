@@ -388,7 +388,7 @@ def test_ctrl_c_during_watch_save_writes_what_was_played(tmp_path, capsys, monke
 
     real_episodes = watch.Player.episodes
 
-    def episodes(self, num_episodes, max_steps, seed, on_frame, on_end=None):
+    def episodes(self, num_episodes, max_steps, seed, on_frame, on_end=None, keys=None):
         seen = []
 
         def frame_then_ctrl_c(frame):
@@ -397,7 +397,7 @@ def test_ctrl_c_during_watch_save_writes_what_was_played(tmp_path, capsys, monke
             if len(seen) == 5:
                 raise KeyboardInterrupt
 
-        return real_episodes(self, num_episodes, max_steps, seed, frame_then_ctrl_c, on_end=on_end)
+        return real_episodes(self, num_episodes, max_steps, seed, frame_then_ctrl_c, on_end=on_end, keys=keys)
 
     monkeypatch.setattr(watch.Player, "episodes", episodes)
     gif = tmp_path / "partial.gif"
