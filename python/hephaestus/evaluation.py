@@ -80,9 +80,9 @@ def make_evaluator(env, network, episodes: int, max_steps: int, scripted=None):
         sampled = lambda _: nets.act(network, params, obs, mask, key)[0]  # noqa: E731
         return jax.lax.switch(policy, [greedy, sampled, random], None)  # in POLICIES order
 
-    def run(params, key, policy):  # its key schedule is GameKeys' (a replay of one game): change both together
-        key_reset, key = jax.random.split(key)
-        env_state, first = v_reset(jax.random.split(key_reset, episodes))
+    def run(params, key, policy):  # keys: game_reset_keys, game_step_keys (GameKeys replays one lane's)
+        reset_keys, key = game_reset_keys(key, episodes)
+        env_state, first = v_reset(reset_keys)
         carry = {"env_state": env_state, "obs": first.obs, "mask": first.action_mask, "key": key,
                  "t": jnp.int32(0), "active": jnp.ones((episodes,), bool), "finished": jnp.zeros((episodes,), bool),
                  "return": jnp.zeros((episodes,), jnp.float32), "length": jnp.zeros((episodes,), jnp.int32),
@@ -92,9 +92,9 @@ def make_evaluator(env, network, episodes: int, max_steps: int, scripted=None):
             return (c["t"] < max_steps) & jnp.any(c["active"])
 
         def body(c):
-            key, key_act, key_env = jax.random.split(c["key"], 3)
+            key, key_act, env_keys = game_step_keys(c["key"], episodes)
             action = choose(params, c["env_state"], c["obs"], c["mask"], key_act, policy)
-            env_state, step = v_step(jax.random.split(key_env, episodes), c["env_state"], action)
+            env_state, step = v_step(env_keys, c["env_state"], action)
             active = c["active"]
             done = jnp.logical_or(step.terminated, step.truncated)
             ran = episode_stats.accumulate(stats, c["stats"], step.info.get("episode_stats", {}), jnp)
@@ -110,25 +110,40 @@ def make_evaluator(env, network, episodes: int, max_steps: int, scripted=None):
     return jax.jit(run)
 
 
+def game_reset_keys(key, episodes: int):
+    """(one reset key per game [episodes], the run's key after it): the start of `make_evaluator`'s run."""
+    import jax
+
+    key_reset, key = jax.random.split(key)
+    return jax.random.split(key_reset, episodes), key
+
+
+def game_step_keys(key, episodes: int):
+    """(the run's next key, the policy's key, one env key per game [episodes]) of one step of that run."""
+    import jax
+
+    key, key_act, key_env = jax.random.split(key, 3)
+    return key, key_act, jax.random.split(key_env, episodes)
+
+
 class GameKeys:
     """The keys of game `game` (0-based, as `evaluate.py --json` lists its games) of the greedy games that
     `Evaluator` played from `PRNGKey(seed)` (evaluate.py --seed), `batch` at a time (its --batch-size, else its
     --episodes), one at a time for `watch_agent.py --eval-game` (`reset()`, then `step()` per step, as
     watch.WatchKeys): greedy is the Evaluator's first policy (`fold_in(key, 0)`), the game's batch is
     `fold_in(key, game // batch)` (run_in_batches), and in `make_evaluator`'s run the game is lane `game % batch`
-    of the reset keys and of each step's env keys. The adapters' auto-resetting `step(key)` makes its transition
-    with the first half of `split(key)` (`adapters._with_auto_reset`, and envs' own `step_and_reset`; steps that
-    take no key ignore it), which is the key `step_no_reset` gets here. A change to the schedule above must change
-    this too (tests/test_watch.py replays evaluate.py's games). Greedy only: a sampled action of one lane is drawn
-    from a key the whole batch shares."""
+    of `game_reset_keys` and of each step's `game_step_keys`, the same functions. The run steps with the adapter's
+    auto-resetting `step(key)`; the replay steps without reset on that key's transition half
+    (`adapters.split_step_key`). tests/test_watch.py replays evaluate.py's games. Greedy only: a sampled action of
+    one lane is drawn from a key the whole batch shares."""
 
     def __init__(self, seed: int, game: int, batch: int):
         import jax
 
         self.batch, self.lane = batch, game % batch
         key = fold_in(fold_in(jax.random.PRNGKey(seed), 0), game // batch)
-        key_reset, self.key = jax.random.split(key)
-        self._reset_key = jax.random.split(key_reset, batch)[self.lane]
+        reset_keys, self.key = game_reset_keys(key, batch)
+        self._reset_key = reset_keys[self.lane]
 
     def reset(self):
         """The key of the game's reset."""
@@ -136,10 +151,10 @@ class GameKeys:
 
     def step(self):
         """(policy key, key of `step_no_reset`) for the game's next step."""
-        import jax
+        from hephaestus.envs.adapters import split_step_key
 
-        self.key, k_act, k_env = jax.random.split(self.key, 3)
-        return k_act, jax.random.split(jax.random.split(k_env, self.batch)[self.lane])[0]
+        self.key, k_act, env_keys = game_step_keys(self.key, self.batch)
+        return k_act, split_step_key(env_keys[self.lane])[0]
 
 
 def summarise(out: dict, stats, prefix: str = "eval/") -> dict:

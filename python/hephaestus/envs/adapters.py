@@ -156,13 +156,21 @@ def _reset_from(spec: EnvSpec, raw_reset):
     return reset
 
 
+def split_step_key(key):
+    """(transition key, reset key) of an auto-resetting `step(key)`: the step without reset runs on the first,
+    a reset where the episode ended on the second. `_with_auto_reset` and HackMatrix's `step_and_reset` split so,
+    and a tool that replays an auto-resetting run one `step_no_reset` at a time (evaluation.GameKeys) finds the
+    transition's key here; steps that take no key (jumanji's) ignore it."""
+    return jax.random.split(key)
+
+
 def _with_auto_reset(reset, step_no_reset, split_key: bool = True):
     """The auto-resetting step made of `step_no_reset` and `reset`: where an episode ended, the state and `obs`
     (and its mask) are a fresh reset's, drawn with the second half of the split key; `final_obs` keeps the
     observation the episode ended on."""
 
     def step(key, state, action):
-        key_step, key_reset = jax.random.split(key) if split_key else (key, key)
+        key_step, key_reset = split_step_key(key) if split_key else (key, key)
         next_state, out = step_no_reset(key_step, state, action)
         reset_state, first = reset(key_reset)
         done = jnp.logical_or(out.terminated, out.truncated)
