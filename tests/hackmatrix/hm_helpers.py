@@ -15,9 +15,9 @@ PARAMS = ENV.default_params
 def _jstep():
     # The float parameters a rule test varies, the shaping terms' coefficients (0 in the rules' game), are inputs
     # of the program rather than baked in, so their tests share this compiled step.
-    return jax.jit(lambda k, s, a, acquired, played, at_clear: ENV.step_env(
+    return jax.jit(lambda k, s, a, acquired, played, at_clear, acquired_at_clear: ENV.step_env(
         k, s, a, PARAMS.replace(program_acquired_coef=acquired, program_played_coef=played,
-                                program_played_at_clear=at_clear)))
+                                program_played_at_clear=at_clear, program_acquired_at_clear=acquired_at_clear)))
 
 
 # The random rollout test_env and test_programs check their invariants on: ROLL_B lanes, ROLL_T steps of a
@@ -69,19 +69,21 @@ def resets(n=96, seed=0):
     return jax.device_get(obs), jax.device_get(st)
 
 
-def step(state, action, seed=0, program_acquired_coef=0.0, program_played_coef=0.0, program_played_at_clear=False):
+def step(state, action, seed=0, program_acquired_coef=0.0, program_played_coef=0.0, program_played_at_clear=False,
+         program_acquired_at_clear=False):
     """One step_env with the shared jitted function. Returns (obs, state, reward, term, info)."""
     return step_with_key(jax.random.key(seed), state, action, program_acquired_coef, program_played_coef,
-                         program_played_at_clear)
+                         program_played_at_clear, program_acquired_at_clear)
 
 
 def step_with_key(key, state, action, program_acquired_coef=0.0, program_played_coef=0.0,
-                  program_played_at_clear=False):
+                  program_played_at_clear=False, program_acquired_at_clear=False):
     """`step` with a given key (a raw uint32 key is wrapped: the same bits, so the same step)."""
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.wrap_key_data(key)
     return _jstep()(key, state, jnp.int32(action), jnp.float32(program_acquired_coef),
-                    jnp.float32(program_played_coef), jnp.bool_(program_played_at_clear))
+                    jnp.float32(program_played_coef), jnp.bool_(program_played_at_clear),
+                    jnp.bool_(program_acquired_at_clear))
 
 
 def cell(r, c):

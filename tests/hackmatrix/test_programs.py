@@ -746,6 +746,39 @@ def test_program_played_at_clear_pays_the_stage_s_first_plays_on_its_clear_and_f
     check_sum(r, info)
 
 
+def test_program_acquired_at_clear_pays_the_stage_s_acquisitions_on_its_clear_and_forfeits_them_on_death():
+    """EnvParams.program_acquired_at_clear (training shaping, not a rule): programAcquired pays the change in the
+    number of programs owned since the last clear on the step that completes the stage, nothing on the siphon
+    itself; UNDO's give-back lowers the debt; a game that ends before the clear forfeits it."""
+    C = 1.5
+    kw = dict(program_acquired_coef=C, program_acquired_at_clear=True)
+    s0 = make_state(player=(0, 0), exit=(2, 0), credits=2, siphons=1, owned=["UNDO"],
+                    blocks=[{"pos": (1, 1), "kind": "program", "program": "CRASH"}])
+    _, s1, _, _, _ = step(s0, UP, 1, **kw)                                 # (1,0); phase -> snapshot A
+    _, s2, r, _, info = step(s1, SIPHON, 2, **kw)                          # CRASH acquired: owed, not paid
+    assert bool(np.asarray(s2.owned)[A["CRASH"] - 5]) and terms(info)["programAcquired"] == 0.0
+    assert int(s2.acquired_unpaid) == 1
+    check_sum(r, info)
+    _, s3, r, _, info = step(s2, UP, 3, **kw)                              # onto the exit: stage 2, paid
+    assert int(s3.stage) == 2 and abs(terms(info)["programAcquired"] - C) < 1e-6 and int(s3.acquired_unpaid) == 0
+    check_sum(r, info)
+    _, p2, _, _, info = step(s1, SIPHON, 2, program_acquired_coef=C)       # False: paid on the siphon (test above)
+    assert abs(terms(info)["programAcquired"] - C) < 1e-6 and int(p2.acquired_unpaid) == 0
+    # UNDO gives CRASH back (pops snapshot B, then A): the debt falls to 0 and a clear then pays nothing
+    _, u1, _, _, _ = step(s2, A["UNDO"], 5, **kw)
+    _, u2, _, _, info = step(u1, A["UNDO"], 6, **kw)
+    assert not bool(np.asarray(u2.owned)[A["CRASH"] - 5]) and terms(info)["programAcquired"] == 0.0
+    assert int(u2.acquired_unpaid) == 0
+    # A death before the clear forfeits the debt: 1 HP, a virus in reach; the siphon ends the turn.
+    d0 = make_state(player=(1, 0), hp=1, exit=(5, 5), siphons=1,
+                    blocks=[{"pos": (1, 1), "kind": "program", "program": "CRASH"}],
+                    enemies=[{"type": "virus", "pos": (3, 0)}])
+    _, d1, r, term, info = step(d0, SIPHON, 7, **kw)
+    assert bool(term) and int(d1.hp) == 0 and bool(np.asarray(d1.owned)[A["CRASH"] - 5])
+    assert terms(info)["programAcquired"] == 0.0
+    check_sum(r, info)
+
+
 def test_R92_R93_undo_restores_snapshots_and_refunds():
     s0 = make_state(player=(0, 0), credits=6, energy=4, siphons=1, owned=["UNDO", "SHOW", "ATK+"],
                     blocks=[{"pos": (1, 1), "kind": "data", "points": 4}],

@@ -236,7 +236,8 @@ def blank_state() -> EnvState:
     return EnvState(
         time=z(), player_pos=z(), hp=i32(3), credits=z(), energy=z(), siphons=z(), score=z(),
         attack=i32(1), owned=jnp.zeros(NUM_PROGRAMS, bool),
-        played=jnp.zeros(NUM_PROGRAMS, bool), played_unpaid=z(), stage=i32(1), start_stage=i32(1), turn=z(),
+        played=jnp.zeros(NUM_PROGRAMS, bool), played_unpaid=z(), acquired_unpaid=z(), stage=i32(1),
+        start_stage=i32(1), turn=z(),
         sched_interval=i32(12), next_sched_turn=i32(12), pending_siphon=z(), atk_plus_uses=z(),
         history=empty_history(), history_len=z(), history_top=z(),
         show_activated=jnp.bool_(False), sched_disabled=jnp.bool_(False),

@@ -20,6 +20,8 @@ class EnvState:
                                  # term (not a rule, not observed, not in UNDO's snapshots, so UNDO cannot re-arm it)
     played_unpaid: jnp.ndarray   # int32 programs first played since the last stage completion, their programPlayed
                                  # not yet paid (EnvParams.program_played_at_clear; bookkeeping like ``played``)
+    acquired_unpaid: jnp.ndarray # int32 change in the number of programs owned since the last stage completion,
+                                 # its programAcquired not yet paid (EnvParams.program_acquired_at_clear; the same)
     # --- globals (R27) ---
     stage: jnp.ndarray
     start_stage: jnp.ndarray     # int32 stage this game began on: 1 by the rules; later for a curriculum start,
@@ -104,6 +106,10 @@ class EnvParams:
     # (or wins), and a game that ends before that forfeits them: a play is worth its price only to a player that
     # survives the stage. False = paid on the play. Ignored while program_played_coef is 0.
     program_played_at_clear: bool = False
+    # The same for programAcquired: the change in the number owned since the last clear is paid on the step that
+    # completes the stage (or wins), and a game that ends first forfeits it, so a program block is worth its price
+    # (the transmissions it releases) only to a player that survives them. Ignored while program_acquired_coef is 0.
+    program_acquired_at_clear: bool = False
 
 
 def check_params(params: EnvParams) -> None:

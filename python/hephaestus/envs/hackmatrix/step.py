@@ -206,6 +206,10 @@ def play(state, action, key, params):
     at_clear = jnp.asarray(params.program_played_at_clear, bool)
     unpaid = state.played_unpaid + first_play                                   # first plays awaiting a clear
     plays_paid = jnp.where(at_clear, jnp.where(reached, unpaid, 0), first_play)
+    acquired_now = jnp.where(valid, jnp.sum(st.owned).astype(i32) - jnp.sum(state.owned).astype(i32), 0)  # UNDO: < 0
+    acquire_at_clear = jnp.asarray(params.program_acquired_at_clear, bool)
+    acquired_owed = state.acquired_unpaid + acquired_now                        # awaiting a clear
+    acquired_paid = jnp.where(acquire_at_clear, jnp.where(reached, acquired_owed, 0), acquired_now)
     terms = {
         "step": -params.step_penalty * jnp.ones((), f32),
         "stage": jnp.where(reached, params.stage_coef * jnp.asarray(STAGE_REWARDS)[stage_idx], 0.0),
@@ -222,7 +226,7 @@ def play(state, action, key, params):
         "siphonQuality": -params.siphon_quality_coef * missed,
         "programWaste": jnp.where((action == A_RESET) & (hp0 == 2), -params.program_waste, 0.0),
         "siphonDeathPenalty": jnp.where(dead & jnp.any(siphon_spawn_beside), -params.siphon_death_penalty, 0.0),
-        "programAcquired": params.program_acquired_coef * (jnp.sum(st.owned) - jnp.sum(state.owned)),
+        "programAcquired": params.program_acquired_coef * acquired_paid,
         "programPlayed": params.program_played_coef * plays_paid,
     }
     terms = {k: jnp.where(valid, jnp.asarray(terms[k], f32), jnp.float32(0.0)) for k in REWARD_TERMS}
@@ -232,7 +236,8 @@ def play(state, action, key, params):
     # invalid action (R121, D5): nothing changes
     st = select(valid, st, state)
     st = st.replace(played=state.played | played_now,                          # per game, whatever UNDO restores
-                    played_unpaid=jnp.where(at_clear & ~(reached & valid), unpaid, 0).astype(i32))
+                    played_unpaid=jnp.where(at_clear & ~(reached & valid), unpaid, 0).astype(i32),
+                    acquired_unpaid=jnp.where(acquire_at_clear & ~(reached & valid), acquired_owed, 0).astype(i32))
     # E7 snapshot of a real enemy phase (R92) or UNDO's pop (R93), after everything else
     st = push_pop(st, valid & phase_ran, valid & (action == A_UNDO))
     st = st.replace(time=state.time + 1)
