@@ -60,6 +60,39 @@ def test_presets_load_and_validate():
     assert presets["deepsea-dtc"].extra_stages == cfg.DTC_STAGES
 
 
+def test_hackmatrix_defaults_are_the_shipped_config_s_learning_settings():
+    """Issue 22: a HackMatrix run without --config trains what configs/hackmatrix-tpu.yaml ships (less its TPU size
+    and budget): the same teacher, teacher schedule, network and training reward. A --env-params list replaces the
+    family's ('' for the rules' reward), other envs get none, and a stored run keeps its own values on resume."""
+    from hephaestus.envs.registry import make_training_env
+
+    tpu = resolve(load_config_file(os.path.join(ROOT, "configs", "hackmatrix-tpu.yaml")))[0]
+    default = resolve(TrainConfig())[0]
+    learning = lambda c: (c.ppo.teacher, c.ppo.teacher_fraction, c.ppo.teacher_coef, c.ppo.ent_coef,
+                          c.network.encoder if c.network.encoder != "auto" else cfg.env_defaults(c.env.name)["encoder"],
+                          c.network.hidden_dim, c.network.cell_dim, c.env.env_params)
+    assert default.env.name == "hackmatrix" and learning(default) == learning(tpu)
+    assert default.env.env_params == ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1")
+    parsed = lambda *argv: resolve(config_from_args(build_parser().parse_args(list(argv))))[0]
+    assert parsed("--env-params", "distance_coef=0").env.env_params == ("distance_coef=0",)   # replaces
+    assert parsed("--env-params", "").env.env_params == ()                                     # the rules' reward
+    cartpole = parsed("--env", "gymnax:CartPole-v1")
+    assert (cartpole.env.env_params, cartpole.ppo.teacher_fraction, cartpole.network.cell_dim) == ((), 1.0, 16)
+    # The training env is built with them, before or after resolving (a sweep builds its base unresolved).
+    for config in (TrainConfig(), default):
+        params = make_training_env(config.env).raw_params
+        assert (params.program_played_coef, params.siphon_death_penalty, params.program_played_at_clear) == \
+            (10.0, 0.0, True)
+    assert make_training_env(parsed("--env-params", "").env).raw_params.siphon_death_penalty == 10.0
+    # A run stored with the defaults before 29 Nov resumes with them, not with today's.
+    old = parsed("--teacher", "exit-rush-safe", "--teacher-fraction", "1", "--hidden-dim", "256", "--cell-dim", "16",
+                 "--env-params", "")
+    stored = SimpleNamespace(config=old.to_dict(), run_dir="/tmp/checkpoints/old_run", path="/tmp/checkpoints/old_run/8",
+                             step=8)
+    resumed = resolve(config_of(stored))[0]
+    assert learning(resumed) == learning(old) == ("exit-rush-safe", 1.0, 5.0, 0.1, "ego", 256, 16, ())
+
+
 @pytest.mark.parametrize("text,needle", [
     ("ppo: {lrr: 0.1}\n", "unknown key ppo.lrr"),
     ("env: {num_envs: many}\n", "num_envs is 'many', expected int"),
@@ -164,7 +197,8 @@ def test_resolve_settles_every_auto_once_and_is_idempotent():
     raw = TrainConfig.from_flat(env="hackmatrix", num_envs=2048, agent="disagreement", dtc_replay_capacity=1 << 15)
     assert None in (raw.ppo.ent_coef, raw.network.hidden_dim, raw.ppo.num_minibatches) and raw.run.run_name == ""
     config, note = resolve(raw, hm)
-    assert (config.ppo.ent_coef, config.network.hidden_dim) == (0.1, 256)
+    assert (config.ppo.ent_coef, config.network.hidden_dim, config.network.cell_dim) == (0.1, 128, 8)
+    assert (config.ppo.teacher_fraction, len(config.env.env_params)) == (0.5, 3)
     assert (config.ppo.num_minibatches, config.ppo.update_epochs) == (32, 2) and note.startswith("auto-scale: batch")
     assert (config.network.encoder, config.network.obs_dtype) == ("mlp", "float32")  # DTC reads float observations
     assert config.extra_stages == cfg.DTC_STAGES and config.stages.dtc.competence_coef == 0.0

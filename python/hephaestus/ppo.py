@@ -22,7 +22,7 @@ from flax import struct
 
 from hephaestus import episode_stats, rollout_metrics
 from hephaestus import networks as nets
-from hephaestus.config import ConfigError, TrainConfig, has_teacher, resolve_for_env
+from hephaestus.config import ConfigError, TrainConfig, env_params_of, has_teacher, resolve_for_env
 from hephaestus.distributed import Sharder, mesh_for
 from hephaestus.envs.adapters import AdaptedEnv
 from hephaestus.envs.registry import make_env, make_training_env
@@ -364,7 +364,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead
     mesh = mesh_for(config)
     num_envs, num_seeds = config.env.num_envs, config.run.num_seeds
     env = env or make_training_env(config.env)
-    eval_env = make_env(config.env.name) if config.env.env_params else env  # evaluations play the defaults
+    eval_env = make_env(config.env.name) if env_params_of(config.env) else env  # evaluations play the defaults
     config, spec = resolve_for_env(config, env.spec), env.spec  # settles the encoder and observation storage
     network = nets.make_network(spec, config)  # raises ConfigError for --encoder cells on an env without cells
     extras = extra_stages(StageContext(config=config, env_spec=spec, network=network))

@@ -96,6 +96,8 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
         print(note)
     print(f"run {config.run.run_name}: {config.env.name}, {config.env.num_envs} envs x {config.env.num_steps} steps, "
           f"{config.num_updates} updates, {update_summary(config)}, compile cache {cache}")
+    if config.env.env_params:  # a reward other than the game's, say so: evaluations play the game's
+        print(f"training env params: {','.join(config.env.env_params)} (evaluations play the env's defaults)")
     t_setup = time.perf_counter()
     try:
         # The chunk compiles while the fresh state is built. Not with --debug-nans, whose chunks run through the

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
-from hephaestus.config import number_text, parse_untyped
+from hephaestus.config import env_params_of, number_text, parse_untyped
 from hephaestus.envs.adapters import AdaptedEnv, adapt_deepsea, adapt_gymnax, adapt_jumanji
 from hephaestus.envs.gymnax_import import import_gymnax
 
@@ -69,8 +69,8 @@ def with_params(env: str, params, overrides: dict):
 
 
 def make_training_env(env_config) -> AdaptedEnv:
-    """The env a run trains on: ``--env`` with ``--env-params`` (config.EnvConfig)."""
-    return make_env(env_config.name, **parse_env_params(env_config.env_params))
+    """The env a run trains on: ``--env`` with ``--env-params`` (config.EnvConfig; auto: the env family's)."""
+    return make_env(env_config.name, **parse_env_params(env_params_of(env_config)))
 
 
 def make_env(name: str, **param_overrides) -> AdaptedEnv:
