@@ -415,11 +415,17 @@ class Option:
             node = getattr(node, part)
         return node
 
-    def kind(self) -> tuple[str, tuple]:
-        """("int" | "float" | "bool" | "str" | "tuple", choices) with Optional stripped."""
+    @property
+    def bare_type(self):
+        """The annotation with Optional stripped (`int | None` -> int)."""
         t = self.type
         if typing.get_origin(t) in (typing.Union, types.UnionType):
             t = next(a for a in typing.get_args(t) if a is not type(None))
+        return t
+
+    def kind(self) -> tuple[str, tuple]:
+        """("int" | "float" | "bool" | "str" | "tuple", choices) with Optional stripped."""
+        t = self.bare_type
         if typing.get_origin(t) is Literal:
             return "str", typing.get_args(t)
         if typing.get_origin(t) is tuple:
@@ -429,10 +435,7 @@ class Option:
     @property
     def element(self) -> type:
         """A tuple option's element type (str or int)."""
-        t = self.type
-        if typing.get_origin(t) in (typing.Union, types.UnionType):
-            t = next(a for a in typing.get_args(t) if a is not type(None))
-        args = typing.get_args(t)
+        args = typing.get_args(self.bare_type)
         return args[0] if args and args[0] in (str, int) else str
 
     @property
@@ -593,13 +596,10 @@ def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
     and the observation storage dtype (resolve_for_env). Idempotent: a resolved config resolves to itself."""
     config = fill_auto(agent_config(config, config.agent), AGENT_AUTO_FALLBACKS)
     defaults = env_defaults(config.env.name)
-    if config.ppo.ent_coef is None:
-        config = config.replace(ent_coef=defaults["ent_coef"])
-    if config.network.hidden_dim is None:
-        config = config.replace(hidden_dim=defaults["hidden_dim"])
+    config = fill_auto(config, {name: defaults[name]
+                                for name in ("ent_coef", "hidden_dim", "teacher_fraction", "cell_dim", "env_params")})
     if config.ppo.teacher is None:  # the dreamers replace the PPO update, whose loss the teacher joins
         config = config.replace(teacher=NO_TEACHER if learns_by_dreaming(config) else defaults["teacher"])
-    config = fill_auto(config, {name: defaults[name] for name in ("teacher_fraction", "cell_dim", "env_params")})
     if config.ppo.max_grad_norm is None:
         config = config.replace(max_grad_norm=DREAMER_GRAD_CLIP if learns_by_dreaming(config) else PPO_GRAD_CLIP)
     if config.run.log_interval is None:

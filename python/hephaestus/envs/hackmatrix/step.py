@@ -155,6 +155,16 @@ def step(state, action, key, params):
     return generate_stage_where(next_stage, state, sd_stage), reward, terminated, info
 
 
+def _paid_at_clear(earned, owed, at_clear, reached, valid):
+    """(paid now, owed after) of a shaping count earned this step (`earned`, int32, 0 on an invalid action): at
+    once, or with `at_clear` (EnvParams.program_*_at_clear) added to what is `owed` since the last clear and paid
+    on the step that completes the stage; the caller's death or reset drops what is owed."""
+    at_clear = jnp.asarray(at_clear, bool)
+    owed = owed + earned
+    paid = jnp.where(at_clear, jnp.where(reached, owed, 0), earned)
+    return paid, jnp.where(at_clear & ~(reached & valid), owed, 0).astype(i32)
+
+
 def play(state, action, key, params):
     """Everything of ``step`` except generating the level of a stage the action completed. Returns (state,
     next_stage, stage_seed, reward, terminated, info): where ``next_stage``, ``state`` is the completed stage
@@ -203,13 +213,11 @@ def play(state, action, key, params):
     siphon_spawn_beside = enemies_beside_player(st) & st.ent_siphon
     played_now = (action - 5 == jnp.arange(NUM_PROGRAMS)) & valid              # one-hot of a program played
     first_play = jnp.any(played_now & ~state.played).astype(i32)              # its first play this game
-    at_clear = jnp.asarray(params.program_played_at_clear, bool)
-    unpaid = state.played_unpaid + first_play                                   # first plays awaiting a clear
-    plays_paid = jnp.where(at_clear, jnp.where(reached, unpaid, 0), first_play)
+    plays_paid, played_unpaid = _paid_at_clear(first_play, state.played_unpaid, params.program_played_at_clear,
+                                               reached, valid)
     acquired_now = jnp.where(valid, jnp.sum(st.owned).astype(i32) - jnp.sum(state.owned).astype(i32), 0)  # UNDO: < 0
-    acquire_at_clear = jnp.asarray(params.program_acquired_at_clear, bool)
-    acquired_owed = state.acquired_unpaid + acquired_now                        # awaiting a clear
-    acquired_paid = jnp.where(acquire_at_clear, jnp.where(reached, acquired_owed, 0), acquired_now)
+    acquired_paid, acquired_unpaid = _paid_at_clear(acquired_now, state.acquired_unpaid,
+                                                    params.program_acquired_at_clear, reached, valid)
     terms = {
         "step": -params.step_penalty * jnp.ones((), f32),
         "stage": jnp.where(reached, params.stage_coef * jnp.asarray(STAGE_REWARDS)[stage_idx], 0.0),
@@ -236,8 +244,7 @@ def play(state, action, key, params):
     # invalid action (R121, D5): nothing changes
     st = select(valid, st, state)
     st = st.replace(played=state.played | played_now,                          # per game, whatever UNDO restores
-                    played_unpaid=jnp.where(at_clear & ~(reached & valid), unpaid, 0).astype(i32),
-                    acquired_unpaid=jnp.where(acquire_at_clear & ~(reached & valid), acquired_owed, 0).astype(i32))
+                    played_unpaid=played_unpaid, acquired_unpaid=acquired_unpaid)
     # E7 snapshot of a real enemy phase (R92) or UNDO's pop (R93), after everything else
     st = push_pop(st, valid & phase_ran, valid & (action == A_UNDO))
     st = st.replace(time=state.time + 1)
