@@ -199,9 +199,9 @@ class PPOConfig:
     teacher: str | None = field(default=None, metadata={
         "default_text": f"auto: {_env_default_text('teacher')}; none with the dreamer agents"})
     """a scripted policy of the env to learn from (kickstarting; HackMatrix: exit-rush, exit-rush-siphon,
-    exit-rush-safe, exit-rush-deep, exit-rush-programs; none: no teacher): the loss adds --teacher-coef x the
-    cross-entropy from the teacher's action, on the rollout's own states, to PPO's; its weight falls linearly to 0
-    over the first --teacher-fraction of the updates"""
+    exit-rush-safe, exit-rush-deep, exit-rush-programs, exit-rush-collector; none: no teacher): the loss adds
+    --teacher-coef x the cross-entropy from the teacher's action, on the rollout's own states, to PPO's; its
+    weight falls linearly to 0 over the first --teacher-fraction of the updates"""
     teacher_coef: float = 5.0
     """weight of the teacher's cross-entropy at the first update (data: sweep points share one program)"""
     teacher_fraction: float | None = field(default=None, metadata={

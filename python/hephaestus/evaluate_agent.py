@@ -41,8 +41,8 @@ def build_parser():
     p.add_argument("--random", action="store_true", help="the masked-uniform random policy instead of an agent "
                    "(a baseline; needs --env or a path naming the env)")
     p.add_argument("--scripted", metavar="NAME", help="one of the env's scripted baselines instead of an agent "
-                   "(HackMatrix: exit-rush, exit-rush-siphon, exit-rush-safe, exit-rush-deep, exit-rush-programs; "
-                   "needs --env)")
+                   "(HackMatrix: exit-rush, exit-rush-siphon, exit-rush-safe, exit-rush-deep, exit-rush-programs, "
+                   "exit-rush-collector; needs --env)")
     p.add_argument("--env", help="environment for --random or --scripted, or for a file that names none")
     p.add_argument("--env-params", metavar="NAME=VALUE,...", type=comma_separated, default=(), help="play a variant of the env: its "
                    "parameters as training's --env-params takes them (e.g. HackMatrix undo_across_stages=0); "

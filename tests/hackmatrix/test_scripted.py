@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from hephaestus.envs.hackmatrix import make_state
-from hephaestus.envs.hackmatrix.constants import A_RESET, A_SIPHON, P_ROW
+from hephaestus.envs.hackmatrix.constants import A_RESET, A_SIPHON, A_UNDO, A_WAIT, P_ROW
 from hephaestus.envs.hackmatrix.observe import action_mask
 from hephaestus.envs.hackmatrix.scripted import (
-    exit_rush, exit_rush_deep, exit_rush_programs, exit_rush_safe, exit_rush_siphon,
+    exit_rush, exit_rush_collector, exit_rush_deep, exit_rush_programs, exit_rush_safe, exit_rush_siphon,
 )
 
 # One worker runs this module, so its cached policy programs compile once (tests/conftest.py).
@@ -104,6 +104,29 @@ def test_exit_rush_programs_detours_for_pick_ups_and_siphons_where_the_cross_pay
     assert actions(exit_rush_programs, make_state(player=(2, 2), exit=(2, 5), siphons=1, resources=rich)) == {A_SIPHON}
     costly = [{"pos": (3, 2), "kind": "data", "points": 9}]
     assert actions(exit_rush_programs, make_state(player=(2, 2), exit=(2, 5), siphons=1, blocks=costly)) == {RIGHT}
+
+
+def test_exit_rush_collector_siphons_for_a_first_program_the_programs_teacher_passes_by():
+    # A program block that releases 4 transmissions: worth 3 - 4 to exit-rush-programs (walk on), at least 8 - 4
+    # to the collector while it owns no program (siphon), and 3 - 4 again once it owns one.
+    block = [{"pos": (3, 2), "kind": "program", "program": "ROW", "spawn": 4}]
+    first = make_state(player=(2, 2), exit=(2, 5), siphons=1, blocks=block)
+    assert actions(exit_rush_programs, first) == {RIGHT}
+    assert actions(exit_rush_collector, first) == {A_SIPHON}
+    owning = make_state(player=(2, 2), exit=(2, 5), siphons=1, blocks=block, owned=["SHOW"])
+    assert actions(exit_rush_collector, owning) == {RIGHT}
+
+
+def test_exit_rush_collector_plays_what_it_owns_when_the_next_step_would_kill():
+    # Cornered at (0,0) with a daemon diagonal at (1,1): both ways on end beside it (one hit, R56). At 1 HP the
+    # collector plays its WAIT (no moment of its own) or POLY as a last resort, never UNDO; at 2 HP it walks, and
+    # exit-rush-programs never plays them.
+    cornered = dict(player=(0, 0), exit=(5, 5), enemies=[{"type": "daemon", "pos": (1, 1)}], credits=1, energy=1)
+    assert actions(exit_rush_collector, make_state(**cornered, hp=1, owned=["WAIT", "UNDO"])) == {A_WAIT}
+    undoable = make_state(**cornered, hp=1, owned=["UNDO"], history=[make_state(**cornered, hp=1, owned=["UNDO"])])
+    assert action_mask(undoable)[A_UNDO] and actions(exit_rush_collector, undoable) <= {UP, RIGHT}
+    assert actions(exit_rush_collector, make_state(**cornered, hp=2, owned=["WAIT"])) <= {UP, RIGHT}
+    assert actions(exit_rush_programs, make_state(**cornered, hp=1, owned=["WAIT"])) <= {UP, RIGHT}
 
 
 def test_evaluate_scripted_plays_the_baseline_through_the_evaluation_program(tmp_path, capsys):

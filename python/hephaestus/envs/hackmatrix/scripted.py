@@ -22,6 +22,10 @@ what the observation allows.
   (specs/hackmatrix.md). The step look-ahead uses only what the observation shows (no cryptog out of line,
   no disabled turns) and question blocks count at their mean spawn; the program moments also read state the
   observation hides (disabled turns, cryptogs out of line, siphoned floor cells), which a student must guess.
+* ``exit-rush-collector``: ``exit-rush-programs`` that values a game's first program (a cross with a new program
+  while the player owns none) at ``FIRST_PROGRAM_VALUE`` steps of detour instead of ``NEW_PROGRAM_VALUE``, and
+  plays any program it owns (but UNDO) as a last resort, when the step it chose would take its last HP: a
+  teacher that owns and plays programs far more often, at a price in stages (issue 22: the students own few).
 """
 import jax
 import jax.numpy as jnp
@@ -29,8 +33,8 @@ import jax.numpy as jnp
 from . import pathfinding as pf
 from .constants import (
     A_SIPHON, BLOCK, CELL_COL, CELL_ROW, CROSS, CRYPTOG, DAEMON, DATA_SIPHON, NBR_IDX, NUM_PROGRAMS,
-    P_ATKP, P_CALM, P_COL, P_CRASH, P_DBOM, P_DEBUG, P_DELAY, P_EXCH, P_HACK, P_PUSH, P_REDUC, P_RESET, P_ROW,
-    P_SCORE, P_SHOW, P_SIPHP, P_STEP, P_ANTIV, P_WARP, PROGRAM_ENERGY, VIRUS,
+    P_ATKP, P_CALM, P_COL, P_CRASH, P_DBOM, P_DEBUG, P_DELAY, P_EXCH, P_HACK, P_POLY, P_PULL, P_PUSH, P_REDUC,
+    P_RESET, P_ROW, P_SCORE, P_SHOW, P_SIPHP, P_STEP, P_ANTIV, P_WAIT, P_WARP, PROGRAM_ENERGY, VIRUS,
 )
 from . import rng
 from .enemies import enemy_phase
@@ -83,19 +87,24 @@ DAMAGE_STEPS = 4.0             # exit-rush-safe/-programs: one HP lost weighs as
 # exit-rush-programs: how much a waypoint is worth, in steps of detour from the shortest way to the exit.
 PICKUP_VALUE = 6.0             # a data-siphon pick-up: +1 reward (R107) and the siphon it holds
 NEW_PROGRAM_VALUE = 3.0        # each block of a program not yet owned in a siphon cross
+FIRST_PROGRAM_VALUE = 8.0      # exit-rush-collector: a cross's new programs while the player owns none, at least
 RESOURCE_VALUE = 1.0           # each credit or energy in a siphon cross
 SPAWN_COST = 1.0               # each transmission the cross's blocks would release (R49, R50)
 QUESTION_SPAWN = 5             # a question block's spawn count is hidden (R102): about the mean
 SIPHON_WORTH = 1.0             # a cross must be worth this much to spend a siphon on it
 ENERGY_RESERVE = 4             # energy kept for RESET (R88) by the programs that are not emergencies
 # Programs in the order they are considered; the first whose moment has come (and the mask allows) is played.
+# PULL, POLY and WAIT have no moment of their own: only exit-rush-collector's last resort plays them. UNDO is in
+# none: it would restore the turn before and loop.
 PROGRAM_ORDER = (P_RESET, P_DBOM, P_CRASH, P_ANTIV, P_ROW, P_COL, P_DEBUG, P_HACK, P_STEP, P_PUSH, P_WARP,
-                 P_DELAY, P_REDUC, P_SIPHP, P_EXCH, P_CALM, P_ATKP, P_SHOW, P_SCORE)
+                 P_DELAY, P_REDUC, P_SIPHP, P_EXCH, P_CALM, P_ATKP, P_SHOW, P_SCORE, P_PULL, P_POLY, P_WAIT)
 
 
-def _program_moments(state, to_exit, siphon_here, hits):
+def _program_moments(state, to_exit, siphon_here, hits, last_resort=False):
     """bool[23]: for each program, whether now is a moment to play it (before the mask and costs). ``to_exit``:
-    each cell's steps to the exit; ``hits``: what the chosen step would take in the next enemy phase."""
+    each cell's steps to the exit; ``hits``: what the chosen step would take in the next enemy phase. With
+    ``last_resort``, every program is a moment when those hits would take the player's last HP (UNDO, which would
+    replay the same turn, is in no ``PROGRAM_ORDER``)."""
     rows, cols = jnp.asarray(CELL_ROW), jnp.asarray(CELL_COL)
     pr, pc = rows[state.player_pos], cols[state.player_pos]
     er, ec = rows[state.ent_pos], cols[state.ent_pos]
@@ -131,19 +140,24 @@ def _program_moments(state, to_exit, siphon_here, hits):
     moment = moment.at[P_SHOW].set(jnp.any(enemy & (state.ent_type == CRYPTOG)))
     moment = moment.at[P_SCORE].set(True)
     spare = jnp.zeros(NUM_PROGRAMS, bool).at[jnp.array([P_DELAY, P_CALM, P_ATKP, P_SCORE])].set(True)
-    return moment & (spare_energy | ~spare)
+    desperate = last_resort & (hits >= state.hp)
+    return (moment & (spare_energy | ~spare)) | desperate
 
 
-def _cross_worth(state):
+def _cross_worth(state, first_program_value=NEW_PROGRAM_VALUE):
     """float32[36]: what siphoning from each cell would bring (R47-R49) less what it would release; -inf on
-    blocks. Question blocks count for their expected spawn and nothing else: their payload is hidden."""
+    blocks. Question blocks count for their expected spawn and nothing else: their payload is hidden. While the
+    player owns no program, a cross's new programs are worth at least ``first_program_value``."""
     block = state.content == BLOCK
     live_block = block & ~state.siphoned
     new_program = live_block & ~state.blk_data & ~state.blk_question & ~state.owned[state.blk_program]
     spawn = jnp.where(live_block, jnp.where(state.blk_question, QUESTION_SPAWN, state.blk_spawn), 0)
     resources = jnp.where(~block & ~state.siphoned, state.res_credits + state.res_energy, 0)
     cross = jnp.asarray(CROSS, jnp.float32)
-    worth = (NEW_PROGRAM_VALUE * (cross @ new_program.astype(jnp.float32))
+    programs = NEW_PROGRAM_VALUE * (cross @ new_program.astype(jnp.float32))
+    first = ~jnp.any(state.owned) & (programs > 0)
+    programs = jnp.where(first, jnp.maximum(programs, first_program_value), programs)
+    worth = (programs
              + RESOURCE_VALUE * (cross @ resources.astype(jnp.float32))
              - SPAWN_COST * (cross @ spawn.astype(jnp.float32)))
     return jnp.where(block, -jnp.inf, worth)
@@ -218,16 +232,18 @@ def exit_rush_deep(state, mask, key):
     return _cheapest_direction(jax.vmap(turn)(jnp.arange(4)), mask, key_tie)[0]
 
 
-def exit_rush_programs(state, mask, key):
+def exit_rush_programs(state, mask, key, first_program_value=NEW_PROGRAM_VALUE, last_resort=False):
     """A player that uses what it finds: it plays an owned program when its moment comes (an enemy in line
     for ROW/COL, a daemon near for D_BOM, HP 1 for RESET, ...; ``PROGRAM_ORDER``, programs do not end the
     turn, R40), detours a few steps for data-siphon pick-ups, siphons where the cross pays (new programs and
-    resources, less the transmissions it releases), and otherwise runs for the exit like ``exit_rush``."""
+    resources, less the transmissions it releases), and otherwise runs for the exit like ``exit_rush``.
+    ``first_program_value``: what a cross's new programs are worth at least while the player owns none;
+    ``last_resort``: also play any owned program (but UNDO) when the step chosen would take the last HP."""
     to_exit = _exit_distances(state)
     from_player = _distances_from(state.player_pos, state)
     detour = (from_player + to_exit - to_exit[state.player_pos]).astype(jnp.float32)
     reachable = (from_player < UNREACHED) & (to_exit < UNREACHED)
-    cross_worth = _cross_worth(state)
+    cross_worth = _cross_worth(state, first_program_value)
     pickup_worth = jnp.where(state.content == DATA_SIPHON, PICKUP_VALUE, -jnp.inf)
     siphon_worth = jnp.where(state.siphons > 0, cross_worth, -jnp.inf)
     worth = jnp.where(reachable, jnp.maximum(pickup_worth, siphon_worth - SIPHON_WORTH) - detour, -jnp.inf)
@@ -239,11 +255,18 @@ def exit_rush_programs(state, mask, key):
     move, hits = _step_safely(goal_dist, state, mask, key)
 
     order = jnp.asarray(PROGRAM_ORDER)
-    playable = (_program_moments(state, to_exit, siphon_here, hits) & mask[5:])[order]
+    playable = (_program_moments(state, to_exit, siphon_here, hits, last_resort) & mask[5:])[order]
     program_action = (5 + order[jnp.argmax(playable)]).astype(jnp.int32)
     action = jnp.where(siphon_here, jnp.int32(A_SIPHON), move)
     return jnp.where(jnp.any(playable), program_action, action)
 
 
+def exit_rush_collector(state, mask, key):
+    """``exit_rush_programs`` that values a game's first program at ``FIRST_PROGRAM_VALUE`` steps of detour and
+    plays any program it owns as a last resort."""
+    return exit_rush_programs(state, mask, key, FIRST_PROGRAM_VALUE, last_resort=True)
+
+
 POLICIES = {"exit-rush": exit_rush, "exit-rush-siphon": exit_rush_siphon, "exit-rush-safe": exit_rush_safe,
-            "exit-rush-deep": exit_rush_deep, "exit-rush-programs": exit_rush_programs}
+            "exit-rush-deep": exit_rush_deep, "exit-rush-programs": exit_rush_programs,
+            "exit-rush-collector": exit_rush_collector}
