@@ -390,8 +390,9 @@ CASES = {
                                                                    config_file="configs/deepsea-dtc.yaml",
                                                                    **DEEPSEA_PROTOCOL)),
     "hackmatrix-random-2048": (bench_random_policy, dict(env_name="hackmatrix", num_envs=2048, steps_per_chunk=64)),
-    # Defaults (since 29 Nov configs/hackmatrix-tpu.yaml's: the ego encoder at half width, 128 and cell 8, and the
-    # exit-rush-programs teacher, as the -h128c8 case below; exact uint8 observation storage), then one option changed
+    # Defaults (configs/hackmatrix-tpu.yaml's: the ego encoder at half width, 128 and cell 8, and since 2 Dec the
+    # exit-rush-collector teacher; the -h128c8 case below keeps the 29 Nov-2 Dec exit-rush-programs; exact uint8
+    # observation storage, and R94's quirk off in training since 2 Dec), then one option changed
     # each: the defaults of 27-29 Nov (-safe256: full width, exit-rush-safe), the one before (-mlp: MLP, exit-rush
     # teacher), the other encoders, float32 storage (the default before uint8). Issue 3's targets at 2048 x 128:
     # >= 18,000 env steps/s, peak < 2 GiB, compile < 15 s.
@@ -424,7 +425,7 @@ CASES = {
     "hackmatrix-ppo-2048x128-h128": (bench_hephaestus, dict(HACKMATRIX_2048X128, hidden_dim=128, encoder="mlp")),
     # The ego student at half width and half the cell embedding (--hidden-dim 128 --cell-dim 8), with the programs
     # teacher: trained 2.0-2.1x faster than the full width at 2048 envs on the 2-core CPU, learning slower per env
-    # step (specs/hackmatrix.md, "A narrower ego student"); HackMatrix's defaults since 29 Nov, named here in full.
+    # step (specs/hackmatrix.md, "A narrower ego student"); HackMatrix's defaults from 29 Nov to 2 Dec, named in full.
     "hackmatrix-ppo-2048x128-h128c8": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="ego", hidden_dim=128, cell_dim=8,
                                                               teacher="exit-rush-programs")),
 }

@@ -42,7 +42,7 @@ def test_base_inheritance_and_command_line_precedence(tmp_path):
 
 def test_presets_load_and_validate():
     presets = {name: resolve(load_config_file(os.path.join(ROOT, "configs", f"{name}.yaml")))[0]
-               for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-safe", "deepsea-dtc")}
+               for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe", "deepsea-dtc")}
     cartpole = presets["cartpole"]  # PureJaxRL's settings
     assert (cartpole.env.num_envs, cartpole.env.num_steps, cartpole.env.total_timesteps) == (4, 128, 500_000)
     assert (cartpole.ppo.num_minibatches, cartpole.ppo.update_epochs, cartpole.ppo.lr, cartpole.ppo.ent_coef) == \
@@ -50,9 +50,13 @@ def test_presets_load_and_validate():
     assert (cartpole.network.hidden_dim, cartpole.network.num_layers, cartpole.network.activation) == (64, 2, "tanh")
     tpu = presets["hackmatrix-tpu"]
     assert (tpu.env.name, tpu.env.num_envs, tpu.env.total_timesteps) == ("hackmatrix", 2048, 5 * 10**7)
-    assert (tpu.ppo.teacher, tpu.ppo.teacher_fraction, tpu.network.encoder) == ("exit-rush-programs", 0.5, "ego")
+    assert (tpu.ppo.teacher, tpu.ppo.teacher_fraction, tpu.network.encoder) == ("exit-rush-collector", 0.5, "ego")
     assert (tpu.network.hidden_dim, tpu.network.cell_dim) == (128, 8)  # the measured best run's
-    assert tpu.env.env_params == ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1")
+    assert tpu.env.env_params == ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1",
+                                  "undo_across_stages=0")
+    programs = presets["hackmatrix-tpu-programs"]  # the file from 29 Nov to 2 Dec, which those specs/ commands name
+    assert (programs.ppo.teacher, programs.ppo.teacher_fraction, programs.network.hidden_dim, programs.env.env_params) \
+        == ("exit-rush-programs", 0.5, 128, ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1"))
     safe = presets["hackmatrix-tpu-safe"]  # the file before 29 Nov, which earlier commands in specs/ name
     assert (safe.ppo.teacher, safe.ppo.teacher_fraction, safe.network.hidden_dim, safe.env.env_params) == \
         ("exit-rush-safe", 1.0, 256, ())
@@ -72,7 +76,8 @@ def test_hackmatrix_defaults_are_the_shipped_config_s_learning_settings():
                           c.network.encoder if c.network.encoder != "auto" else cfg.env_defaults(c.env.name)["encoder"],
                           c.network.hidden_dim, c.network.cell_dim, c.env.env_params)
     assert default.env.name == "hackmatrix" and learning(default) == learning(tpu)
-    assert default.env.env_params == ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1")
+    assert default.env.env_params == ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1",
+                                      "undo_across_stages=0")
     parsed = lambda *argv: resolve(config_from_args(build_parser().parse_args(list(argv))))[0]
     assert parsed("--env-params", "distance_coef=0").env.env_params == ("distance_coef=0",)   # replaces
     assert parsed("--env-params", "").env.env_params == ()                                     # the rules' reward
@@ -198,7 +203,7 @@ def test_resolve_settles_every_auto_once_and_is_idempotent():
     assert None in (raw.ppo.ent_coef, raw.network.hidden_dim, raw.ppo.num_minibatches) and raw.run.run_name == ""
     config, note = resolve(raw, hm)
     assert (config.ppo.ent_coef, config.network.hidden_dim, config.network.cell_dim) == (0.1, 128, 8)
-    assert (config.ppo.teacher_fraction, len(config.env.env_params)) == (0.5, 3)
+    assert (config.ppo.teacher_fraction, len(config.env.env_params)) == (0.5, 4)
     assert (config.ppo.num_minibatches, config.ppo.update_epochs) == (32, 2) and note.startswith("auto-scale: batch")
     assert (config.network.encoder, config.network.obs_dtype) == ("mlp", "float32")  # DTC reads float observations
     assert config.extra_stages == cfg.DTC_STAGES and config.stages.dtc.competence_coef == 0.0

@@ -86,13 +86,13 @@ def test_a_teacher_the_env_does_not_have_is_a_one_line_error():
         trainer(teacher="toward-origin", teacher_coef=-1.0)
 
 
-def test_hackmatrix_learns_from_exit_rush_programs_by_default_and_none_turns_it_off():
+def test_hackmatrix_learns_from_exit_rush_collector_by_default_and_none_turns_it_off():
     from hephaestus.config import has_teacher
 
     def settled(**flags):
         return resolve(TrainConfig.from_flat(**flags))[0]
 
-    assert settled(env="hackmatrix").ppo.teacher == "exit-rush-programs"  # configs/hackmatrix-tpu.yaml's, since 29 Nov
+    assert settled(env="hackmatrix").ppo.teacher == "exit-rush-collector"  # configs/hackmatrix-tpu.yaml's, since 2 Dec
     assert settled(env="hackmatrix", teacher="exit-rush-siphon").ppo.teacher == "exit-rush-siphon"
     for config in (settled(env="gymnax:CartPole-v1"), settled(env="hackmatrix", teacher="none"),
                    settled(env="hackmatrix", agent="dreamer")):  # the dreamer has no PPO update to join

@@ -72,13 +72,17 @@ OBS_DTYPES = ("auto", "float32", "bfloat16", "uint8")
 # program's first play in a game on the step that clears its stage. At 2048 envs and 5e7 steps, three training
 # seeds: stage 1 cleared in 92-94% of greedy games, stage 4 reached in 49-56%, siphons in 90-91%, a program played
 # in 6-10% (specs/hackmatrix.md, "Programs paid on the stage clear"; at this file's 64 envs: "The shipped config as
-# the default"). The shaping terms are training-only: evaluations play the rules' game.
+# the default"). Since 2 Dec the teacher is exit-rush-collector (exit-rush-programs that siphons for a first program
+# and plays what it owns before a killing step) and training turns R94's UNDO-across-stages quirk off: three
+# training seeds, stage 1 cleared in 91-92%, stage 4 in 48-51%, siphons in 90-92%, a program in 31-32%
+# ("The collector student without R94's quirk in training"; the 29 Nov settings are configs/hackmatrix-tpu-programs.yaml).
+# The shaping terms and the quirk's flag are training-only: evaluations play the rules' game.
 FALLBACK_DEFAULTS = {"ent_coef": 0.01, "hidden_dim": 256, "teacher": NO_TEACHER, "encoder": "mlp",
                      "teacher_fraction": 1.0, "cell_dim": 16, "env_params": ()}
-ENV_DEFAULTS = {"hackmatrix": {"ent_coef": 0.1, "teacher": "exit-rush-programs", "encoder": "ego", "hidden_dim": 128,
+ENV_DEFAULTS = {"hackmatrix": {"ent_coef": 0.1, "teacher": "exit-rush-collector", "encoder": "ego", "hidden_dim": 128,
                                "cell_dim": 8, "teacher_fraction": 0.5,
                                "env_params": ("program_played_coef=10", "siphon_death_penalty=0",
-                                              "program_played_at_clear=1")},
+                                              "program_played_at_clear=1", "undo_across_stages=0")},
                 **{f"gymnax:{name}": {"hidden_dim": 64} for name in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")}}
 
 # --log-interval auto: updates per chunk so that a chunk holds about this many env steps (all seeds together).
