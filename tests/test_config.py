@@ -61,6 +61,14 @@ def test_presets_load_and_validate():
     assert (safe.ppo.teacher, safe.ppo.teacher_fraction, safe.network.hidden_dim, safe.env.env_params) == \
         ("exit-rush-safe", 1.0, 256, ())
     assert (tpu.ppo.num_minibatches, tpu.ppo.update_epochs) == (32, 2)  # auto-scaled
+    # The frozen files name every value of HackMatrix's defaults themselves, so moving a default leaves their runs be.
+    for frozen in ("hackmatrix-tpu-programs", "hackmatrix-tpu-safe"):
+        raw = load_config_file(os.path.join(ROOT, "configs", f"{frozen}.yaml"))
+        named = {"ent_coef": raw.ppo.ent_coef, "teacher": raw.ppo.teacher, "teacher_fraction": raw.ppo.teacher_fraction,
+                 "encoder": raw.network.encoder, "hidden_dim": raw.network.hidden_dim,
+                 "cell_dim": raw.network.cell_dim, "env_params": raw.env.env_params}
+        assert set(named) == set(cfg.ENV_DEFAULTS["hackmatrix"]), frozen
+        assert all(v is not None and v != "auto" for v in named.values()), (frozen, named)
     assert presets["deepsea-dtc"].extra_stages == cfg.DTC_STAGES
 
 
