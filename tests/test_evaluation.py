@@ -124,6 +124,48 @@ def test_training_reports_declared_stats_of_the_episodes_that_ended(walk):
     assert record["episode/reach_max"] == reach_max
 
 
+def test_a_checkpoint_from_before_a_new_statistic_resumes_everything_but_it(walk, tmp_path):
+    """An env that declares a statistic more than when the run was saved (HackMatrix's programs_owned, 2 Dec)
+    resumes the run's env states, statistics, weights and optimizer as they were; only the new statistic's
+    running values start at 0, and a note says so."""
+    from hephaestus import checkpoint as ck
+    from hephaestus.episode_stats import EpisodeStat
+
+    rollout = next(s for s in walk.pipeline if s.name == "rollout")
+    runner = walk.init_runner_state(3)
+    _, _, mid_rollout, _ = jax.jit(rollout.apply)(jax.random.PRNGKey(5), runner.train_state, None,
+                                                  runner.stages["rollout"])
+    params = jax.tree.map(lambda x: x + 0.5, runner.train_state.params)  # not the fresh init's
+    saved = runner.replace(train_state=runner.train_state.replace(params=params),
+                           stages={**runner.stages, "rollout": mid_rollout})
+    assert float(jnp.sum(mid_rollout.episode_stats["right_moves"])) > 0  # episodes in progress carry counts
+    saver = ck.Checkpointer(str(tmp_path / "run"), walk, export_params=False)
+    saver.save(saved)
+    saver.complete()
+
+    class LeftWalk(StatWalk):
+        episode_stats = StatWalk.episode_stats + (EpisodeStat("left_moves", "sum"),)
+
+        def step_env(self, key, state, action, params):
+            obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+            stats = {**info["episode_stats"], "left_moves": (action == 0).astype(jnp.float32)}
+            return obs, state, reward, terminated, {**info, "episode_stats": stats}
+
+    env = LeftWalk()
+    newer = make_train(walk.config, adapt_gymnax(env, env.default_params, "statwalk"))
+    restored = ck.restore(ck.locate(str(tmp_path / "run")), newer)
+    out = restored.runner_state
+    assert not restored.exact
+    assert [n for n in restored.notes if "left_moves" in n and "count from 0" in n] == restored.notes
+    got, want = out.stages["rollout"], mid_rollout
+    np.testing.assert_array_equal(got.episode_stats["left_moves"], 0.0)
+    for name in ("right_moves", "reach", "hit_bound"):
+        np.testing.assert_array_equal(got.episode_stats[name], want.episode_stats[name])
+    for a, b in zip(jax.tree.leaves((got.env_state, got.obs, got.episode_return, out.train_state)),
+                    jax.tree.leaves((want.env_state, want.obs, want.episode_return, saved.train_state))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 # ------------------------------------------------------------------------------------------------ evaluation
 def test_evaluation_runs_k_episodes_to_their_end_or_the_cap(walk):
     env, params = stat_walk(), walk.runner_state.train_state.params

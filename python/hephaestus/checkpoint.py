@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 STATE, META = "state", "meta"
+NEW_STAT = "stages.rollout.episode_stats."  # a statistic the env declares since a checkpoint: its leaves start at 0
 
 
 class CheckpointError(ValueError):
@@ -345,8 +346,14 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
 
         # Partial restore: decide which subtrees come fresh.
         fresh_prefixes = set()
+        new_stats = []  # episode statistics the env declares since the checkpoint was written
         for name, old, new in differ:
-            if old is None and name.startswith(("hyper.", "train_state.opt_state.hyperparams.")):
+            if old is None and name.startswith(NEW_STAT):
+                # Only the new statistic's running values start at 0 (the episodes in progress under-count it
+                # once); the env states, the other statistics and the optimizer resume as they were.
+                fresh_prefixes.add(name + ".")
+                new_stats.append(name[len(NEW_STAT):])
+            elif old is None and name.startswith(("hyper.", "train_state.opt_state.hyperparams.")):
                 # A hyperparameter that became data after the checkpoint was written: this run sets it from its
                 # config every update, so the fresh value is the right one.
                 fresh_prefixes.add(name + ".")
@@ -372,7 +379,11 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
                 msg += "optimizer state reset (--keep-optimizer keeps it)"
                 fresh_prefixes.add("train_state.opt_state.")
             notes.append(msg)
-        others = sorted(p[len("stages."):-1] for p in fresh_prefixes if p.startswith("stages.") and p != "stages.rollout.")
+        if new_stats and "stages.rollout." not in fresh_prefixes:
+            notes.append(f"resume: episode statistics new since the checkpoint ({', '.join(sorted(new_stats))}) count "
+                         f"from 0 in the episodes in progress; the rest of the state is restored as it was")
+        others = sorted(p[len("stages."):-1] for p in fresh_prefixes
+                        if p.startswith("stages.") and p != "stages.rollout." and not p.startswith(NEW_STAT))
         if others:
             notes.append(f"resume: stage state re-initialised for {', '.join(others)} (changed or new stage)")
         try:

@@ -35,7 +35,7 @@ def test_declared_stats_match_a_hand_played_episode():
     state = make_state(player=(0, 0), owned=["WAIT"], energy=1, exit=(2, 0), data_siphons=[(1, 0)],
                        resources={(1, 1): ("credits", 3), (0, 0): ("energy", 2)})
     done_so_far = dict(stage_reached=2, stages_cleared=1, siphons_used=1, siphons_collected=1, programs_played=1,
-                       program_WAIT=1, credits_gathered=3, energy_gathered=2)
+                       program_WAIT=1, programs_owned=1, credits_gathered=3, energy_gathered=2)
     values, terminated, _ = play(state, [UP, A_SIPHON, A_WAIT, UP])  # the exit step itself reaches stage 2
     assert not terminated and values == expect(**done_so_far)
     values, terminated, info = play(state, [UP, A_SIPHON, A_WAIT, UP, PUSH])
@@ -52,7 +52,7 @@ def test_kills_death_and_cause_of_end():
     assert terminated
     # The death's context: hit once (at 1 HP), the second virus beside the player, WAIT still owned.
     assert values == expect(stage_reached=1, kills=1, death=1, programs_played=1, program_WAIT=1, damage_taken=1,
-                            death_beside_virus=1, death_enemies_beside=1, death_holding_programs=1)
+                            death_beside_virus=1, death_enemies_beside=1, death_holding_programs=1, programs_owned=1)
 
 
 def test_a_death_names_the_enemies_beside_the_player_and_what_it_held():
@@ -75,6 +75,20 @@ def test_a_death_names_the_enemies_beside_the_player_and_what_it_held():
     assert not terminated and values == expect(stage_reached=1, damage_taken=1)
 
 
+def test_programs_owned_counts_acquisitions_and_keeps_a_played_program():
+    # Two unsiphoned program blocks in the cross of (2,2), WAIT not yet owned: the siphon acquires both (R49), so
+    # the episode owned 2 at once; playing WAIT costs energy, not the program (R51), and the count stays 2.
+    state = make_state(player=(2, 2), siphons=1, energy=3,
+                       blocks=[{"pos": (3, 2), "kind": "program", "program": "WAIT", "spawn": 0},
+                               {"pos": (2, 3), "kind": "program", "program": "PUSH", "spawn": 0}])
+    values, terminated, info = play(state, [A_SIPHON, A_WAIT])
+    assert not terminated
+    assert values["programs_owned"] == 2 and values["programs_played"] == 1 and values["program_WAIT"] == 1
+    # Siphoned nothing: owned none, whatever else it did.
+    values, _, _ = play(make_state(player=(2, 2), siphons=1), [A_SIPHON, UP])
+    assert values["programs_owned"] == 0 and values["siphons_used"] == 1
+
+
 def test_step_limit_is_the_cause_when_the_episode_is_truncated():
     state = make_state(player=(0, 0), time=PARAMS.max_steps_in_episode - 1)
     values, terminated, _ = play(state, [UP])
@@ -89,7 +103,7 @@ def test_report_keys_name_rates_thresholds_and_counts():
                 "credits_gathered_per_episode", "program_PUSH_per_episode", "program_HACK_per_episode",
                 "damage_taken_per_episode", "death_beside_virus_rate", "death_beside_cryptog_rate",
                 "death_enemies_beside_per_episode", "death_beside_siphon_spawn_rate", "death_holding_siphons_rate",
-                "death_holding_programs_rate", "siphons_used>=1", "programs_played>=1"):
+                "death_holding_programs_rate", "siphons_used>=1", "programs_played>=1", "programs_owned>=1"):
         assert key in keys, key
     assert sum(k.startswith("program_") for k in keys) == 23
 
@@ -102,3 +116,5 @@ def test_a_count_with_a_threshold_reports_the_share_of_episodes_reaching_it():
     out = episode_stats.summarise(EPISODE_STATS, values, "eval/")
     assert out["eval/siphons_used_per_episode"] == 0.75 and out["eval/siphons_used>=1"] == 0.5
     assert out["eval/programs_played_per_episode"] == 0.75 and out["eval/programs_played>=1"] == 0.25
+    values["programs_owned"] = np.array([0, 1, 2, 3], np.float32)  # a max over the episode, thresholded the same
+    assert episode_stats.summarise(EPISODE_STATS, values, "eval/")["eval/programs_owned>=1"] == 0.75

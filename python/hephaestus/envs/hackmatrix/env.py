@@ -60,6 +60,9 @@ EPISODE_STATS = (
     EpisodeStat("siphons_used", "sum", thresholds=(1,), doc="valid SIPHON actions", headline=True),
     EpisodeStat("siphons_collected", "sum", doc="data siphons picked up (R44)"),
     EpisodeStat("programs_played", "sum", thresholds=(1,), doc="valid program actions, all 23"),
+    # Owning comes before playing: a program is acquired by siphoning its block (R49) and kept after a play (R51),
+    # so programs_owned>=1 against programs_played>=1 says whether an agent fails to get programs or to use them.
+    EpisodeStat("programs_owned", "max", thresholds=(1,), doc="most programs owned at once (R49; a play keeps one)"),
     EpisodeStat("credits_gathered", "sum", doc="credits taken by siphoning"),
     EpisodeStat("energy_gathered", "sum", doc="energy taken by siphoning"),
     EpisodeStat("score_gained", "sum", doc="data points gained (R105)"),
