@@ -296,6 +296,39 @@ def test_evaluate_script_end_to_end_and_bad_input(finished_run, tmp_path, capsys
         assert err.startswith("evaluate.py: error:") and err.count("\n") == 1, err
 
 
+def test_evaluate_over_several_seeds_is_each_seed_s_evaluation_and_their_spread(finished_run, tmp_path, capsys):
+    from hephaestus.evaluate_agent import main
+
+    one = []
+    for seed in (0, 3):
+        assert main([str(finished_run), "--episodes", "6", "--max-steps", "40", "--seed", str(seed),
+                     "--json", str(tmp_path / f"s{seed}.json")]) == 0
+        one.append(json.loads((tmp_path / f"s{seed}.json").read_text()))
+    capsys.readouterr()
+    assert main([str(finished_run), "--episodes", "6", "--max-steps", "40", "--seeds", "0,3",
+                 "--json", str(tmp_path / "both.json")]) == 0
+    text = capsys.readouterr().out
+    assert "seed 0: greedy" in text and "seed 3: greedy" in text and "over 2 seeds (0,3" in text
+    both = json.loads((tmp_path / "both.json").read_text())
+    assert both["seeds"] == [0, 3] and both["num_seeds"] == 2 and "seed" not in both
+    per_seed = [o["metrics"]["eval/return_mean"] for o in one]
+    assert per_seed[0] != per_seed[1]  # the seeds play different games
+    m = both["metrics"]
+    assert m["per_seed"]["eval/return_mean"] == per_seed
+    assert m["eval/return_mean"] == pytest.approx(np.mean(per_seed))
+    assert m["eval/return_mean/std"] == pytest.approx(np.std(per_seed, ddof=1))
+    assert f"eval: return_mean {np.mean(per_seed):.3f} ± {np.std(per_seed, ddof=1):.3f}, length_mean" in text
+    assert both["per_episode"]["eval/"]["return"] == [o["per_episode"]["eval/"]["return"] for o in one]
+    assert main([str(finished_run), "--seed", "1", "--seeds", "0,1"]) == 2
+    for bad in ("0,0", "a,1"):  # refused by the parser: its one line, exit 2
+        with pytest.raises(SystemExit) as stop:
+            main([str(finished_run), "--seeds", bad])
+        assert stop.value.code == 2
+    errs = capsys.readouterr().err.splitlines()
+    assert errs[0] == "evaluate.py: error: give --seed or --seeds, not both" and len(errs) == 3
+    assert all(e.startswith("evaluate.py: error: argument --seeds: ") for e in errs[1:]), errs
+
+
 def write_run(path, curve, per_seed=None):
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "metrics.jsonl"), "w") as f:

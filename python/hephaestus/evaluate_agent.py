@@ -1,6 +1,7 @@
 """scripts/evaluate.py: evaluate a saved agent (or the random policy) with the evaluation program of training.
 
     python scripts/evaluate.py checkpoints/hackmatrix_s0 --episodes 1000 [--sampled] [--json out.json]
+    python scripts/evaluate.py checkpoints/hackmatrix_s0 --episodes 1000 --seeds 0,1,2   # mean ± std over seeds
     python scripts/evaluate.py --random --env hackmatrix --episodes 1000
     python scripts/evaluate.py --scripted exit-rush --env hackmatrix --episodes 1000
 """
@@ -34,7 +35,11 @@ def build_parser():
                    "step directory (found as watch_agent.py finds them)")
     p.add_argument("--episodes", type=int, default=1000, help="episodes, all in parallel (default: 1000)")
     p.add_argument("--max-steps", type=int, default=1000, help="steps per episode at most (default: 1000)")
-    p.add_argument("--seed", type=int, default=0, help="PRNG seed of the episodes (default: 0)")
+    p.add_argument("--seed", type=int, default=None, help="PRNG seed of the episodes (default: 0)")
+    p.add_argument("--seeds", metavar="S,S,...", type=seed_list, default=None, help="several evaluation seeds "
+                   "(e.g. 0,1,2): --episodes games for each with the one compiled program, each seed's line, then "
+                   "the mean and sample std over seeds; --json holds them as a --num-seeds run's eval.json does "
+                   "(<key>/std, per_seed, per-episode lists per seed)")
     p.add_argument("--batch-size", type=int, default=0, help="episodes run in parallel per call (default: all); a "
                    "training run's --eval-episodes reuses its compiled program from the compilation cache")
     p.add_argument("--sampled", action="store_true", help="also run sampled-policy episodes (eval_sampled/)")
@@ -52,11 +57,48 @@ def build_parser():
     return p
 
 
+def seed_list(text: str) -> tuple[int, ...]:
+    import argparse
+
+    try:
+        seeds = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: integers separated by commas, e.g. 0,1,2") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r}: at least one seed, none twice")
+    return seeds
+
+
+def over_seeds(results: list[tuple[dict, dict]]) -> tuple[dict, dict]:
+    """One (metrics, raw) from one per evaluation seed: the metrics as a --num-seeds run's (sinks.combine_seeds:
+    means, `<key>/std`, `<key>/iqm`, `per_seed`), the per-episode arrays stacked to [seeds, episodes]."""
+    import jax
+    import numpy as np
+
+    from hephaestus.sinks import combine_seeds
+
+    raws = [raw for _, raw in results]
+    raw = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *raws)
+    return combine_seeds([metrics for metrics, _ in results]), raw
+
+
+def spread_line(metrics: dict, prefix: str) -> str:
+    """The mean return and length and every rate of `prefix`, each as its mean ± sample std over seeds (the
+    episodes' own spread, min and max are per seed: each seed's lines)."""
+    keys = [k for k in metrics if k.startswith(prefix) and "/" not in k[len(prefix):] and f"{k}/std" in metrics
+            and (k.endswith(("_rate", "return_mean", "length_mean")) or ">=" in k)]
+    return (f"{prefix.rstrip('/')}: " + ", ".join(f"{k[len(prefix):]} {metrics[k]:.3f} ± {metrics[k + '/std']:.3f}"
+                                                  for k in keys))
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.episodes < 1 or args.max_steps < 1 or args.batch_size < 0:
             raise EvalError("--episodes and --max-steps must be at least 1, --batch-size at least 0")
+        if args.seed is not None and args.seeds is not None:
+            raise EvalError("give --seed or --seeds, not both")
+        seeds = args.seeds or (0 if args.seed is None else args.seed,)
         if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
             raise EvalError(f"--json {args.json}: directory does not exist")
         import jax
@@ -109,15 +151,28 @@ def main(argv=None) -> int:
                               agent={"env": env.spec.name, "network": meta.get("network"),
                                      **({"env_params": env_params} if env_params else {})},
                               scripted=args.scripted)
-        t0 = time.perf_counter()
-        metrics, raw = evaluator(params, jax.random.PRNGKey(args.seed))
-        print(f"{' and '.join(policies)}: {time.perf_counter() - t0:.1f}s (compile included)")
-        for prefix in evaluator.prefixes:
-            print("\n".join(summary_lines(metrics, prefix)), flush=True)
+        results = []
+        for seed in seeds:
+            t0 = time.perf_counter()
+            results.append(evaluator(params, jax.random.PRNGKey(seed)))
+            took = f"{time.perf_counter() - t0:.1f}s" + (" (compile included)" if len(results) == 1 else "")
+            if len(seeds) > 1:
+                print(f"seed {seed}: {' and '.join(policies)}: {took}")
+            else:
+                print(f"{' and '.join(policies)}: {took}")
+            for prefix in evaluator.prefixes:
+                print("\n".join(summary_lines(results[-1][0], prefix)), flush=True)
+        metrics, raw = results[0] if len(seeds) == 1 else over_seeds(results)
+        if len(seeds) > 1:
+            print(f"over {len(seeds)} seeds ({','.join(map(str, seeds))}; means, ± the sample std over seeds):")
+            for prefix in evaluator.prefixes:
+                print(spread_line(metrics, prefix), flush=True)
         if args.json:
             info = {"source": source, "env": env.spec.name, "update": meta.get("update"),
                     "env_steps": meta.get("env_steps"), "episodes": args.episodes, "max_steps": args.max_steps,
-                    "batch": evaluator.batch, "policies": policies, "seed": args.seed, "env_params": env_params}
+                    "batch": evaluator.batch, "policies": policies,
+                    **({"seed": seeds[0]} if len(seeds) == 1 else {"seeds": list(seeds), "num_seeds": len(seeds)}),
+                    "env_params": env_params}
             print(f"written {write_eval_json(args.json, metrics, raw, info)}")
         return 0
     except (EvalError, WatchError) as err:
