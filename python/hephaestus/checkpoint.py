@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 STATE, META = "state", "meta"
-NEW_STAT = "stages.rollout.episode_stats."  # a statistic the env declares since a checkpoint: its leaves start at 0
+EPISODE_STAT_PREFIX = "stages.rollout.episode_stats."  # where the running episode statistics live in the state
 
 
 class CheckpointError(ValueError):
@@ -348,11 +348,11 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
         fresh_prefixes = set()
         new_stats = []  # episode statistics the env declares since the checkpoint was written
         for name, old, new in differ:
-            if old is None and name.startswith(NEW_STAT):
+            if old is None and name.startswith(EPISODE_STAT_PREFIX):
                 # Only the new statistic's running values start at 0 (the episodes in progress under-count it
                 # once); the env states, the other statistics and the optimizer resume as they were.
                 fresh_prefixes.add(name + ".")
-                new_stats.append(name[len(NEW_STAT):])
+                new_stats.append(name[len(EPISODE_STAT_PREFIX):])
             elif old is None and name.startswith(("hyper.", "train_state.opt_state.hyperparams.")):
                 # A hyperparameter that became data after the checkpoint was written: this run sets it from its
                 # config every update, so the fresh value is the right one.
@@ -383,7 +383,7 @@ def restore(ckpt: Checkpoint, trainer, keep_optimizer: bool = False) -> Restored
             notes.append(f"resume: episode statistics new since the checkpoint ({', '.join(sorted(new_stats))}) count "
                          f"from 0 in the episodes in progress; the rest of the state is restored as it was")
         others = sorted(p[len("stages."):-1] for p in fresh_prefixes
-                        if p.startswith("stages.") and p != "stages.rollout." and not p.startswith(NEW_STAT))
+                        if p.startswith("stages.") and p != "stages.rollout." and not p.startswith(EPISODE_STAT_PREFIX))
         if others:
             notes.append(f"resume: stage state re-initialised for {', '.join(others)} (changed or new stage)")
         try:
