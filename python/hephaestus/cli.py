@@ -54,7 +54,7 @@ def comma_separated(text: str) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(",") if s.strip())
 
 
-def _whole_numbers(text: str) -> tuple[int, ...]:
+def whole_numbers(text: str) -> tuple[int, ...]:
     try:
         return tuple(number(s) for s in comma_separated(text))
     except argparse.ArgumentTypeError:
@@ -73,7 +73,7 @@ def _add_option(group, option: Option) -> None:
     if kind == "bool":
         kwargs.update(type=_bool01, metavar="0|1")
     elif kind == "tuple":
-        kwargs.update(type=comma_separated if option.element is str else _whole_numbers,
+        kwargs.update(type=comma_separated if option.element is str else whole_numbers,
                       metavar=option.metadata.get("metavar", "NAME[,NAME...]"))
     elif option.metadata.get("parse") == "number":
         kwargs.update(type=number)

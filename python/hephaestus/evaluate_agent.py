@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from hephaestus.cli import comma_separated
+from hephaestus.cli import comma_separated, whole_numbers
 from hephaestus.evaluation import Evaluator, summary_lines, write_eval_json
 from hephaestus.export import agent_label
 from hephaestus.watch import WatchError, load_agent, load_env, resolve_params_path
@@ -58,12 +58,10 @@ def build_parser():
 
 
 def seed_list(text: str) -> tuple[int, ...]:
+    """--seeds: the training CLI's comma-separated whole numbers, at least one, none twice."""
     import argparse
 
-    try:
-        seeds = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: integers separated by commas, e.g. 0,1,2") from None
+    seeds = whole_numbers(text)
     if not seeds or len(set(seeds)) != len(seeds):
         raise argparse.ArgumentTypeError(f"{text!r}: at least one seed, none twice")
     return seeds
@@ -156,10 +154,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             results.append(evaluator(params, jax.random.PRNGKey(seed)))
             took = f"{time.perf_counter() - t0:.1f}s" + (" (compile included)" if len(results) == 1 else "")
-            if len(seeds) > 1:
-                print(f"seed {seed}: {' and '.join(policies)}: {took}")
-            else:
-                print(f"{' and '.join(policies)}: {took}")
+            print(f"{f'seed {seed}: ' if len(seeds) > 1 else ''}{' and '.join(policies)}: {took}")
             for prefix in evaluator.prefixes:
                 print("\n".join(summary_lines(results[-1][0], prefix)), flush=True)
         metrics, raw = results[0] if len(seeds) == 1 else over_seeds(results)
