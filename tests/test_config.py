@@ -1,6 +1,7 @@
 """The one config: config files with `base:` inheritance under the command line, the shipped presets, and resume
 from the checkpoint's stored resolved config."""
 
+import dataclasses
 import json
 import os
 from types import SimpleNamespace
@@ -42,18 +43,23 @@ def test_base_inheritance_and_command_line_precedence(tmp_path):
 
 def test_presets_load_and_validate():
     presets = {name: resolve(load_config_file(os.path.join(ROOT, "configs", f"{name}.yaml")))[0]
-               for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe", "deepsea-dtc")}
+               for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe",
+                            "deepsea-dtc")}
     cartpole = presets["cartpole"]  # PureJaxRL's settings
     assert (cartpole.env.num_envs, cartpole.env.num_steps, cartpole.env.total_timesteps) == (4, 128, 500_000)
     assert (cartpole.ppo.num_minibatches, cartpole.ppo.update_epochs, cartpole.ppo.lr, cartpole.ppo.ent_coef) == \
         (4, 4, 2.5e-4, 0.01)
     assert (cartpole.network.hidden_dim, cartpole.network.num_layers, cartpole.network.activation) == (64, 2, "tanh")
     tpu = presets["hackmatrix-tpu"]
-    assert (tpu.env.name, tpu.env.num_envs, tpu.env.total_timesteps) == ("hackmatrix", 2048, 5 * 10**7)
+    assert (tpu.env.name, tpu.env.num_envs, tpu.env.total_timesteps) == ("hackmatrix", 2048, 10**8)  # issue 22's full budget
     assert (tpu.ppo.teacher, tpu.ppo.teacher_fraction, tpu.network.encoder) == ("exit-rush-collector", 0.5, "ego")
     assert (tpu.network.hidden_dim, tpu.network.cell_dim) == (128, 8)  # the measured best run's
     assert tpu.env.env_params == ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1",
                                   "undo_across_stages=0")
+    # The file at 5e7 (2 Dec, until its budget doubled), which that section's commands name: only the budget differs.
+    half = presets["hackmatrix-tpu-5e7"]
+    assert half.env.total_timesteps == 5 * 10**7
+    assert dataclasses.replace(half, env=dataclasses.replace(half.env, total_timesteps=tpu.env.total_timesteps)) == tpu
     programs = presets["hackmatrix-tpu-programs"]  # the file from 29 Nov to 2 Dec, which those specs/ commands name
     assert (programs.ppo.teacher, programs.ppo.teacher_fraction, programs.network.hidden_dim, programs.env.env_params) \
         == ("exit-rush-programs", 0.5, 128, ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1"))
@@ -62,7 +68,7 @@ def test_presets_load_and_validate():
         ("exit-rush-safe", 1.0, 256, ())
     assert (tpu.ppo.num_minibatches, tpu.ppo.update_epochs) == (32, 2)  # auto-scaled
     # The frozen files name every value of HackMatrix's defaults themselves, so moving a default leaves their runs be.
-    for frozen in ("hackmatrix-tpu-programs", "hackmatrix-tpu-safe"):
+    for frozen in ("hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe"):
         raw = load_config_file(os.path.join(ROOT, "configs", f"{frozen}.yaml"))
         named = {"ent_coef": raw.ppo.ent_coef, "teacher": raw.ppo.teacher, "teacher_fraction": raw.ppo.teacher_fraction,
                  "encoder": raw.network.encoder, "hidden_dim": raw.network.hidden_dim,
