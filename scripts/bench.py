@@ -414,6 +414,8 @@ CASES = {
     # The teachers' cost on the MLP (as first measured, beside -mlp's exit-rush): --teacher none, and the
     # look-ahead teachers (four move-or-attacks and up to three breadth-first searches per env per step, not one).
     "hackmatrix-ppo-2048x128-noteacher": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp", teacher="none")),
+    # Today's defaults without their teacher: the collector's cost, which a run pays after its weight reaches 0 too.
+    "hackmatrix-ppo-2048x128-ego-noteacher": (bench_hephaestus, dict(HACKMATRIX_2048X128, teacher="none")),
     "hackmatrix-ppo-2048x128-safe": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp",
                                                             teacher="exit-rush-safe")),
     "hackmatrix-ppo-2048x128-programs": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp",

@@ -85,6 +85,10 @@ def test_every_pipeline_case_builds_the_config_it_names():
     narrow = configs["hackmatrix-ppo-2048x128-h128c8"]  # the narrower ego student of specs/hackmatrix.md
     assert (narrow.network.hidden_dim, narrow.network.cell_dim, narrow.network.encoder, narrow.ppo.teacher) == \
         (128, 8, "ego", "exit-rush-programs")
+    default, bare = configs["hackmatrix-ppo-2048x128"], configs["hackmatrix-ppo-2048x128-ego-noteacher"]
+    assert (default.ppo.teacher, bare.ppo.teacher) == ("exit-rush-collector", "none")  # the defaults less their teacher
+    assert (bare.network.encoder, bare.network.hidden_dim, bare.network.cell_dim) == \
+        (default.network.encoder, default.network.hidden_dim, default.network.cell_dim)
     for name, config in configs.items():  # the DeepSea cases share the experiment's PPO settings
         if name.startswith("deepsea"):
             assert (config.env.num_envs, config.env.num_steps, config.ppo.num_minibatches, config.ppo.update_epochs,
