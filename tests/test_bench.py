@@ -6,6 +6,9 @@ import os
 import subprocess
 import sys
 
+from hephaestus.config import resolve_encoder
+from hephaestus.envs.registry import make_training_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "scripts", "bench.py")
 
@@ -87,8 +90,9 @@ def test_every_pipeline_case_builds_the_config_it_names():
         (128, 8, "ego", "exit-rush-programs")
     default, bare = configs["hackmatrix-ppo-2048x128"], configs["hackmatrix-ppo-2048x128-ego-noteacher"]
     assert (default.ppo.teacher, bare.ppo.teacher) == ("exit-rush-collector", "none")  # the defaults less their teacher
-    assert (bare.network.encoder, bare.network.hidden_dim, bare.network.cell_dim) == \
-        (default.network.encoder, default.network.hidden_dim, default.network.cell_dim)
+    assert (bare.network.hidden_dim, bare.network.cell_dim) == (default.network.hidden_dim, default.network.cell_dim)
+    hackmatrix = make_training_env(bare.env).spec  # both leave the encoder "auto": settled, it is the name's ego
+    assert resolve_encoder(bare, hackmatrix) == resolve_encoder(default, hackmatrix) == "ego"
     for name, config in configs.items():  # the DeepSea cases share the experiment's PPO settings
         if name.startswith("deepsea"):
             assert (config.env.num_envs, config.env.num_steps, config.ppo.num_minibatches, config.ppo.update_epochs,
