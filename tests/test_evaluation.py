@@ -329,6 +329,35 @@ def test_evaluate_over_several_seeds_is_each_seed_s_evaluation_and_their_spread(
     assert all(e.startswith("evaluate.py: error: argument --seeds: ") for e in errs[1:]), errs
 
 
+def test_evaluate_curve_appends_a_line_per_evaluation_that_plot_runs_draws(finished_run, tmp_path, capsys):
+    """--curve: one JSON line per call with the agent's env_steps and the metrics (no per-episode lists), the
+    eval seeds' values under per_eval_seed so that plot_runs does not band over them as training seeds."""
+    from hephaestus.evaluate_agent import main
+    from hephaestus.plotting import load_records, seed_series
+
+    curve, full = tmp_path / "greedy_s0.jsonl", tmp_path / "e.json"
+    assert main([str(finished_run), "--episodes", "5", "--max-steps", "30", "--seed", "2", "--json", str(full),
+                 "--curve", str(curve)]) == 0
+    assert main([str(finished_run), "--episodes", "5", "--max-steps", "30", "--seeds", "0,2",
+                 "--curve", str(curve)]) == 0
+    assert f"appended to {curve}" in capsys.readouterr().out
+    one, both = [json.loads(line) for line in curve.read_text().splitlines()]
+    assert one["env_steps"] == 64 and one["update"] == 2 and one["seed"] == 2 and "per_episode" not in one
+    assert one["eval/return_mean"] == json.loads(full.read_text())["metrics"]["eval/return_mean"]
+    assert both["seeds"] == [0, 2] and "per_seed" not in both
+    assert both["per_eval_seed"]["eval/return_mean"][1] == one["eval/return_mean"]
+    assert both["eval/return_mean"] == pytest.approx(np.mean(both["per_eval_seed"]["eval/return_mean"]))
+    records = load_records(str(curve))  # one env_steps: the later evaluation is the point
+    assert len(records) == 1 and len(seed_series(records, "eval/return_mean")) == 1
+    for argv, code in (([str(finished_run), "--curve", str(tmp_path / "no" / "c.jsonl")], 2),
+                       (["--random", "--env", "gymnax:CartPole-v1", "--curve", str(curve)], 2),
+                       ([str(finished_run), "--episodes", "3", "--max-steps", "10", "--curve", str(tmp_path)], 1)):
+        assert main(argv) == code, argv
+        err = capsys.readouterr().err
+        assert err.startswith("evaluate.py: error:") and err.count("\n") == 1, err
+    assert len(curve.read_text().splitlines()) == 2
+
+
 def write_run(path, curve, per_seed=None):
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "metrics.jsonl"), "w") as f:

@@ -13,7 +13,7 @@ import sys
 import time
 
 from hephaestus.cli import comma_separated, whole_numbers
-from hephaestus.evaluation import Evaluator, summary_lines, write_eval_json
+from hephaestus.evaluation import Evaluator, append_eval_curve, summary_lines, write_eval_json
 from hephaestus.export import agent_label
 from hephaestus.watch import WatchError, load_agent, load_env, resolve_params_path
 
@@ -54,6 +54,9 @@ def build_parser():
                    "default: the env's own defaults, whatever the agent trained on")
     p.add_argument("--seed-index", type=int, default=None, help="which agent of a --num-seeds file (default: 0)")
     p.add_argument("--json", metavar="FILE", help="also write the metrics and per-episode results to FILE")
+    p.add_argument("--curve", metavar="FILE", help="also append the metrics as one line of FILE (JSON lines, "
+                   "with the agent's env_steps): evaluations of a run's kept params_<n>.npz in one file are a greedy "
+                   "learning curve that plot_runs.py draws (one file per training seed)")
     return p
 
 
@@ -97,8 +100,12 @@ def main(argv=None) -> int:
         if args.seed is not None and args.seeds is not None:
             raise EvalError("give --seed or --seeds, not both")
         seeds = args.seeds or (0 if args.seed is None else args.seed,)
-        if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-            raise EvalError(f"--json {args.json}: directory does not exist")
+        for flag, out in (("--json", args.json), ("--curve", args.curve)):
+            if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+                raise EvalError(f"{flag} {out}: directory does not exist")
+        if args.curve and (args.random or args.scripted is not None):
+            raise EvalError("--curve records an agent's point in training: give a parameter file, not --random "
+                            "or --scripted")
         import jax
 
         from hephaestus.compilation_cache import enable_compilation_cache
@@ -162,17 +169,25 @@ def main(argv=None) -> int:
             print(f"over {len(seeds)} seeds ({','.join(map(str, seeds))}; means, ± the sample std over seeds):")
             for prefix in evaluator.prefixes:
                 print(spread_line(metrics, prefix), flush=True)
+        info = {"source": source, "env": env.spec.name, "update": meta.get("update"),
+                "env_steps": meta.get("env_steps"), "episodes": args.episodes, "max_steps": args.max_steps,
+                "batch": evaluator.batch, "policies": policies,
+                **({"seed": seeds[0]} if len(seeds) == 1 else {"seeds": list(seeds), "num_seeds": len(seeds)}),
+                "env_params": env_params}
         if args.json:
-            info = {"source": source, "env": env.spec.name, "update": meta.get("update"),
-                    "env_steps": meta.get("env_steps"), "episodes": args.episodes, "max_steps": args.max_steps,
-                    "batch": evaluator.batch, "policies": policies,
-                    **({"seed": seeds[0]} if len(seeds) == 1 else {"seeds": list(seeds), "num_seeds": len(seeds)}),
-                    "env_params": env_params}
             print(f"written {write_eval_json(args.json, metrics, raw, info)}")
+        if args.curve:
+            if info["env_steps"] is None:
+                raise EvalError(f"--curve {args.curve}: {source} does not say its env_steps (saved before they were "
+                                "recorded?), so it has no place on a curve")
+            print(f"appended to {append_eval_curve(args.curve, metrics, info)}")
         return 0
     except (EvalError, WatchError) as err:
         print(f"evaluate.py: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # writing --json or --curve: a full disk, a directory in the file's place
+        print(f"evaluate.py: error: {err.filename or 'write'}: {err.strerror or err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 130

@@ -322,6 +322,22 @@ def write_eval_json(path: str, metrics: dict, raw: dict, info: dict) -> str:
     return path
 
 
+def append_eval_curve(path: str, metrics: dict, info: dict) -> str:
+    """One line of a JSON-lines curve file (evaluate.py --curve): where the agent was in training (`env_steps`,
+    `update`), what was evaluated, and the metrics, without the per-episode lists. A file of such lines is what
+    plot_runs.py reads as a run's records, so evaluations of a run's kept checkpoints draw a greedy learning curve.
+    Over several evaluation seeds the record holds their means; the per-seed values go under `per_eval_seed`,
+    not `per_seed`, which plot_runs reads as training seeds (the band of a curve)."""
+    from hephaestus.sinks import json_clean
+
+    record = {**info, **{k: v for k, v in metrics.items() if k != "per_seed"}}
+    if "per_seed" in metrics:
+        record["per_eval_seed"] = metrics["per_seed"]
+    with open(path, "a") as f:
+        f.write(json.dumps(json_clean(record)) + "\n")
+    return path
+
+
 def final_evaluation(trainer, runner_state, run_dir: str, message=print,
                      agent_seeds: list[int] | None = None) -> dict | None:
     """The end-of-run evaluation (`--final-eval-episodes`, greedy, plus sampled with `--eval-sampled`), written
