@@ -76,8 +76,8 @@ OBS_DTYPES = ("auto", "float32", "bfloat16", "uint8")
 # and plays what it owns before a killing step) and training turns R94's UNDO-across-stages quirk off: three
 # training seeds, stage 1 cleared in 91-92%, stage 4 in 48-51%, siphons in 90-92%, a program in 31-32%
 # ("The collector student without R94's quirk in training"; the 29 Nov settings are configs/hackmatrix-tpu-programs.yaml).
-# The same settings at 2048 envs and 1e8 steps (configs/hackmatrix-tpu.yaml's budget since 2 Dec), two training seeds:
-# stage 4 in 60-65%, a program in 50-56%, victories in 1000 ("The default at the issue's full budget").
+# The same settings at 2048 envs and 1e8 steps (configs/hackmatrix-tpu.yaml's budget since 2 Dec), three training seeds:
+# stage 4 in 60-65%, a program in 47-56% (seed 2 under the 50% goal), 13 victories in 9000 ("Learning: the result").
 # The shaping terms and the quirk's flag are training-only: evaluations play the rules' game.
 FALLBACK_DEFAULTS = {"ent_coef": 0.01, "hidden_dim": 256, "teacher": NO_TEACHER, "encoder": "mlp",
                      "teacher_fraction": 1.0, "cell_dim": 16, "env_params": ()}
