@@ -139,6 +139,9 @@ def main(argv=None) -> int:
             index = args.seed_index or 0
             label = agent_label(meta, index)  # a sweep agent: its point and seed
             source = f"{path} (seed index {index}: {label})" if label else path
+            if args.curve and meta.get("env_steps") is None:  # before the games, not after them
+                raise EvalError(f"--curve {args.curve}: {path} does not say its env_steps (saved before they were "
+                                "recorded?), so it has no place on a curve")
         if args.scripted is not None:
             policies = [args.scripted]
         elif args.random:
@@ -177,9 +180,6 @@ def main(argv=None) -> int:
         if args.json:
             print(f"written {write_eval_json(args.json, metrics, raw, info)}")
         if args.curve:
-            if info["env_steps"] is None:
-                raise EvalError(f"--curve {args.curve}: {source} does not say its env_steps (saved before they were "
-                                "recorded?), so it has no place on a curve")
             print(f"appended to {append_eval_curve(args.curve, metrics, info)}")
         return 0
     except (EvalError, WatchError) as err:

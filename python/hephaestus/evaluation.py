@@ -328,13 +328,16 @@ def append_eval_curve(path: str, metrics: dict, info: dict) -> str:
     plot_runs.py reads as a run's records, so evaluations of a run's kept checkpoints draw a greedy learning curve.
     Over several evaluation seeds the record holds their means; the per-seed values go under `per_eval_seed`,
     not `per_seed`, which plot_runs reads as training seeds (the band of a curve)."""
-    from hephaestus.sinks import json_clean
+    from hephaestus.sinks import JsonlSink  # metrics.jsonl's writer: appends, never onto a line cut short
 
     record = {**info, **{k: v for k, v in metrics.items() if k != "per_seed"}}
     if "per_seed" in metrics:
         record["per_eval_seed"] = metrics["per_seed"]
-    with open(path, "a") as f:
-        f.write(json.dumps(json_clean(record)) + "\n")
+    sink = JsonlSink(path)
+    try:
+        sink.write(record)
+    finally:
+        sink.close()
     return path
 
 
