@@ -225,6 +225,28 @@ def test_ema_competence_and_boredom_match_hand_computed_values():
     np.testing.assert_allclose(n1, np.array([1.0, 3.0]) / np.sqrt(5.0), rtol=1e-5)
 
 
+def test_norm_rate_lets_the_divisor_follow_falling_novelty_where_the_run_mean_keeps_the_early_batches():
+    """--dtc-norm-rate: 100 batches of novelty 1, then 100 of 0.01 (a model that has learned). The run-mean divisor
+    still remembers the early batches, so the late bonus has shrunk ~14x; at rate 0.05 it has followed the
+    present and a late transition of the same novelty is paid as much as an early one was."""
+    def late_n(rate):
+        s = intr.intrinsic_init()
+        for x in [1.0] * 100 + [0.01] * 100:
+            s, n = intr.normalise(s, jnp.full((8,), x), rate)
+        return float(s.m2), float(n[0])
+    m2_mean, n_mean = late_n(0.0)
+    np.testing.assert_allclose(m2_mean, (100 * 1.0 + 100 * 1e-4) / 200, rtol=1e-5)  # the mean over all 1600
+    m2_ema, n_ema = late_n(0.05)
+    np.testing.assert_allclose(m2_ema, 1e-4 + (1.0 - 1e-4) * 0.95 ** 100, rtol=1e-3)  # an EMA after the switch
+    assert n_mean < 0.02 and n_ema > 0.1  # 0.01 / sqrt(0.5) against 0.01 / sqrt(6e-3)
+    # early in the run the count-weighted step (k / count) is larger than the rate and wins: the same as rate 0
+    a = intr.normalise(intr.normalise(intr.intrinsic_init(), jnp.array([1.0, 3.0]), 0.05)[0], jnp.array([2.0, 2.0]), 0.05)
+    np.testing.assert_allclose(float(a[0].m2), 4.5, rtol=1e-6)
+    with pytest.raises(ConfigError, match="norm-rate"):
+        resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=12, extra_stages=DTC_STAGES,
+                                      dtc_seq_len=4, dtc_norm_rate=1.5))
+
+
 def test_dtc_config_is_checked():
     base = dict(env="gymnax:CartPole-v1", num_envs=4, num_steps=12, extra_stages=DTC_STAGES)
     with pytest.raises(ConfigError, match="must divide"):

@@ -116,6 +116,7 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          dtc_frontier_fraction=args.frontier_fraction, dtc_wm_batch=args.wm_batch,
                          dtc_wm_lr=args.wm_lr, dtc_ensemble_size=args.ensemble_size,
                          dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, dtc_prior_scale=args.prior_scale,
+                         dtc_norm_rate=args.norm_rate,
                          rnd_coef=args.rnd_coef,
                          count_coef=args.count_coef)
     config = agent_config(config, agent)
@@ -173,7 +174,7 @@ def label(agent: str, args) -> str:
 
 # DTC settings a row's label names when they differ from the parser's defaults.
 VARIANT_FLAGS = {"bonus": "intrinsic_coef", "replay ratio": "replay_ratio", "wm batch": "wm_batch", "wm lr": "wm_lr",
-                 "wm width": "wm_dim", "prior": "prior_scale"}
+                 "wm width": "wm_dim", "prior": "prior_scale", "norm rate": "norm_rate"}
 BONUS_AGENTS = ("count", "rnd", "dtc", "disagreement")  # the agents --intrinsic-critic applies to
 
 
@@ -370,6 +371,8 @@ def main():
     p.add_argument("--wm-lr", type=float, default=1e-3, help="DTC world model: learning rate")
     p.add_argument("--ensemble-size", type=int, default=5)
     p.add_argument("--prior-scale", type=float, default=0.0, help="DTC world model: randomized prior scale (0: none)")
+    p.add_argument("--norm-rate", type=float, default=0.0,
+                   help="DTC novelty normaliser: EMA rate of its second moment per update (0: the mean over the run)")
     p.add_argument("--wm-dim", type=int, default=64, help="RSSM deter and hidden width")
     p.add_argument("--intrinsic-critic", action="store_true", help="the bonus agents (count, rnd, dtc, "
                    "disagreement) with the intrinsic_critic stage: the bonus's own critic and non-episodic returns")

@@ -2,7 +2,8 @@
 
 Per update, given the raw clean novelty x_t of every transition of the fresh rollout:
 
-    m2      <- running mean of x^2 over every transition seen (count-weighted; this batch included)
+    m2      <- running mean of x^2 over every transition seen (count-weighted; this batch included), or with
+               norm_rate > 0 an EMA of the batches' mean x^2 at that rate (once k / count falls below it)
     n_t      = x_t / sqrt(m2 + eps)                         per transition, >= 0 (no mean subtraction)
     xbar     = mean_t x_t                                   global, this update, RAW novelty
     C_fast  <- C_fast + fast_rate * (xbar - C_fast)         EMA(raw novelty, 0.1); both EMAs start at the
@@ -44,12 +45,17 @@ def intrinsic_init() -> IntrinsicState:
     return IntrinsicState(count=z, m2=z, c_fast=z, c_slow=z, boredom=z, updates=z)
 
 
-def normalise(state: IntrinsicState, raw):
-    """Fold the batch into the running second moment, then divide by its root. Returns (state, n)."""
+def normalise(state: IntrinsicState, raw, rate: float = 0.0):
+    """Fold the batch into the running second moment, then divide by its root. Returns (state, n).
+
+    rate 0: m2 is the mean over every transition seen, so as the model learns and raw novelty falls, the early
+    batches keep the divisor high and the bonus shrinks with the run. rate > 0: each batch moves m2 by at least
+    that fraction (an EMA once the count-weighted step k / count falls below it), so the divisor follows the
+    novelty of the present and a new transition is paid against today's familiar ones, not the first update's."""
     raw = raw.astype(jnp.float32)
     k = jnp.float32(raw.size)
     count = state.count + k
-    m2 = state.m2 + (jnp.mean(raw ** 2) - state.m2) * (k / count)
+    m2 = state.m2 + (jnp.mean(raw ** 2) - state.m2) * jnp.maximum(k / count, rate)
     return state.replace(count=count, m2=m2), raw / jnp.sqrt(m2 + EPS)
 
 
@@ -79,7 +85,7 @@ def novelty_bonus(state: IntrinsicState, raw, coef, opts):
     and boredom with its mean, and the bonus `coef * (n + competence_coef * c * n)` per element. `opts` is
     DTCOptions (rates, boredom, competence gain). Returns (state, n, competence, bonus). Used by the
     intrinsic_reward stage on real transitions and by the dreamer on imagined ones."""
-    state, n = normalise(state, raw)
+    state, n = normalise(state, raw, opts.norm_rate)
     state, competence = competence_step(state, jnp.mean(raw), opts.fast_rate, opts.slow_rate, opts.boredom_threshold,
                                         opts.boredom_rise, opts.boredom_decay)
     return state, n, competence, coef * (n + opts.competence_coef * competence * n)

@@ -75,6 +75,10 @@ class DTCOptions:
     competence_coef: float | None = field(default=None, metadata={
         "default_text": "auto: 0 for --agent disagreement, else 1"})
     """gain of competence on novelty (0 = disagreement alone)"""
+    norm_rate: float = 0.0
+    """novelty normaliser: 0 divides by the root of the mean novelty^2 over every transition seen (the divisor
+    keeps the early, high novelty and the bonus shrinks as the model learns); > 0 an EMA of it at this rate per
+    update (at least; the count-weighted step while larger), so the bonus keeps its scale over the run"""
     fast_rate: float = 0.1
     """C_fast = EMA(novelty, fast rate)"""
     slow_rate: float = 0.005
@@ -104,6 +108,8 @@ class DTCOptions:
                          "wm_batch", "seq_len", "replay_capacity", "frontier_window")
         if self.replay_ratio < 0:
             raise ConfigError(f"--dtc-replay-ratio must be >= 0, got {self.replay_ratio}")
+        if not 0.0 <= self.norm_rate <= 1.0:
+            raise ConfigError(f"--dtc-norm-rate must be in [0, 1], got {self.norm_rate}")
         if self.prior_scale < 0:
             raise ConfigError(f"--dtc-prior-scale must be >= 0, got {self.prior_scale}")
         num_steps, num_envs = config.env.num_steps, config.env.num_envs
