@@ -6,6 +6,7 @@ after compile) and peak memory. Each case runs in its own process so its peak me
     python scripts/bench.py --cases cartpole-4x128,cartpole-4x128-reference
     python scripts/bench.py --devices 1,2,4,8     # one data-parallel workload over 1, 2, 4, 8 devices
     python scripts/bench.py --reference-dir ~/purejaxrl/purejaxrl --reference-python ~/pjr-venv/bin/python
+    python scripts/bench.py --port-dir ~/HackMatrix/python --cases hackmatrix-ppo-2048x128,hackmatrix-ppo-2048x128-port
 
 --reference-dir DIR (a folder holding PureJaxRL's own, unmodified ppo.py and wrappers.py) adds the case
 cartpole-4x128-purejaxrl and, with no --cases, runs the comparison a PureJaxRL user makes: our training script
@@ -15,6 +16,13 @@ run's wall time for each, and their ratios. PureJaxRL's ppo.py needs distrax and
 five values from env.step); --reference-python names an interpreter that has them (default: this one). Its
 wrappers.py imports brax and navix at the top, which CartPole never uses: where they are not installed, empty
 stand-ins are put in their place.
+
+--port-dir DIR (the python/ folder of the public JAX port of HackMatrix, charleseff/HackMatrix; measured at its
+commit 357f916) adds the case hackmatrix-ppo-2048x128-port: the port's own trainer, `make_train(TrainConfig(...))`
+from hackmatrix.purejaxrl with its defaults at 2048 envs x 128 steps (shared 2 x 256 ReLU torso, 4 minibatches x 4
+epochs, float32 observations), compiled once and then called TIMED_RUNS times in a fresh process; its package
+__init__ imports the Swift bridge's gymnasium wrapper, which the trainer never uses: where gymnasium is missing, a
+stand-in takes its place. Every HackMatrix 2048 x 128 case of the same call is then printed as a ratio to it.
 
 Peak memory is the process's peak resident set on the CPU (which includes compilation), or the device's peak
 bytes in use where the backend reports it (GPU/TPU). PPO cases also print the compiled program's own buffers
@@ -218,6 +226,49 @@ print("RESULT " + json.dumps({"peak_mib": resource.getrusage(resource.RUSAGE_SEL
                               "process_s": t2 - t_start, "final_return": ret,
                               "detail": f"PureJaxRL's ppo.py, one train call of {int(config['NUM_UPDATES'])} updates"}))
 """
+
+
+PORT_RUNNER = r"""
+import importlib, json, resource, statistics, sys, time, types
+try:
+    importlib.import_module("gymnasium")
+except ImportError:  # hackmatrix/__init__ imports the Swift bridge's gymnasium env; the JAX trainer never uses it
+    for name in ("gymnasium", "gymnasium.spaces"):
+        stand_in = types.ModuleType(name)
+        stand_in.__getattr__ = lambda attr: type(attr, (), {})
+        sys.modules[name] = stand_in
+import jax
+from hackmatrix.purejaxrl import TrainConfig, make_train
+num_envs, num_steps, updates, timed_runs = (int(a) for a in sys.argv[1:5])
+config = TrainConfig(num_envs=num_envs, num_steps=num_steps, total_timesteps=num_envs * num_steps * updates)
+key = jax.random.PRNGKey(0)
+t0 = time.perf_counter()
+compiled = jax.jit(make_train(config)).lower(key).compile()
+compile_s = time.perf_counter() - t0
+rates = []
+for _ in range(timed_runs):  # each call: its reset and network initialisation, then `updates` updates
+    t0 = time.perf_counter()
+    jax.block_until_ready(compiled(key))
+    rates.append(config.num_updates * config.batch_size / (time.perf_counter() - t0))
+print("RESULT " + json.dumps({"peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                              "compile_s": compile_s, "steps_per_s": statistics.median(rates),
+                              "detail": f"the public port's trainer, {config.num_updates} updates per call, "
+                                        f"{config.num_minibatches} mb x {config.update_epochs} ep, "
+                                        f"{config.num_layers} x {config.hidden_dim} shared torso"}))
+"""
+
+
+def run_port(port_dir: str, python: str, num_envs: int, num_steps: int, updates_per_call: int) -> dict:
+    """The public HackMatrix port's own `make_train` (from `port_dir`, its python/ folder), compiled once and called
+    TIMED_RUNS times in a fresh process -> its figures, as bench_hephaestus reports ours."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (port_dir, os.environ.get("PYTHONPATH")) if p)}
+    out = subprocess.run([python, "-c", PORT_RUNNER, str(num_envs), str(num_steps), str(updates_per_call),
+                          str(TIMED_RUNS)], capture_output=True, text=True, env=env)
+    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
+    if out.returncode or line is None:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the port's trainer failed: {last[:200]}")
+    return json.loads(line[len("RESULT "):])
 
 
 def run_purejaxrl(reference_dir: str, python: str, config: dict) -> dict:
@@ -503,6 +554,8 @@ def main() -> int:
                    "the case cartpole-4x128-purejaxrl; without --cases, runs the script-against-PureJaxRL comparison")
     p.add_argument("--reference-python", metavar="PYTHON", default=sys.executable,
                    help="interpreter for PureJaxRL's ppo.py (it needs distrax and gymnax < 1; default: this one)")
+    p.add_argument("--port-dir", metavar="DIR", help="the python/ folder of the public HackMatrix port "
+                   "(charleseff/HackMatrix): adds the case hackmatrix-ppo-2048x128-port, its own trainer")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds of that comparison (default 3)")
     p.add_argument("--cold-cache", action="store_true", help="in that comparison, start our script with an empty "
                    "compilation cache every time (PureJaxRL has none)")
@@ -513,6 +566,10 @@ def main() -> int:
         args.reference_dir = os.path.abspath(args.reference_dir)
         CASES["cartpole-4x128-purejaxrl"] = (run_purejaxrl, dict(reference_dir=args.reference_dir,
                                                                  python=args.reference_python, config=PUREJAXRL_CONFIG))
+    if args.port_dir:
+        args.port_dir = os.path.abspath(args.port_dir)
+        CASES["hackmatrix-ppo-2048x128-port"] = (run_port, dict(port_dir=args.port_dir, python=sys.executable,
+                                                                num_envs=2048, num_steps=128, updates_per_call=1))
     if args.worker:
         run_worker(args.worker)
         return 0
@@ -528,6 +585,10 @@ def main() -> int:
             print(f"error: --devices takes positive counts like 1,2,4,8, got {args.devices!r}", file=sys.stderr)
             return 2
         return run_devices(counts)
+    if args.port_dir and not os.path.isfile(os.path.join(args.port_dir, "hackmatrix", "purejaxrl", "train.py")):
+        print(f"error: --port-dir {args.port_dir}: no hackmatrix/purejaxrl/train.py there (the port's python/ folder)",
+              file=sys.stderr)
+        return 2
     if args.reference_dir:
         if not os.path.isfile(os.path.join(args.reference_dir, "ppo.py")):
             print(f"error: --reference-dir {args.reference_dir}: no ppo.py there (PureJaxRL's purejaxrl/ folder)",
@@ -555,6 +616,7 @@ def main() -> int:
     results = {}
     reference = ["--reference-dir", args.reference_dir, "--reference-python", args.reference_python] \
         if args.reference_dir else []
+    reference += ["--port-dir", args.port_dir] if args.port_dir else []
     for name in names:
         out = subprocess.run([sys.executable, __file__, "--worker", name, *reference], capture_output=True, text=True)
         line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
@@ -575,6 +637,10 @@ def main() -> int:
         if name in results and ref:
             print(f"{name}: hephaestus / our PureJaxRL-style reference = "
                   f"{results[name]['steps_per_s'] / ref['steps_per_s']:.2f}x")
+        port = results.get("hackmatrix-ppo-2048x128-port")
+        if name in results and port and name.startswith("hackmatrix-ppo-2048x128") and not name.endswith("-port"):
+            print(f"{name}: hephaestus / the public port's trainer = {results[name]['steps_per_s'] / port['steps_per_s']:.2f}x "
+                  f"env steps/s, {results[name]['peak_mib'] / port['peak_mib']:.2f}x peak memory")
         theirs = results.get(f"{name}-purejaxrl")
         if name in results and theirs:
             print(f"{name}: hephaestus chunk / PureJaxRL's ppo.py = {results[name]['steps_per_s'] / theirs['steps_per_s']:.2f}x")

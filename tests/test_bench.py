@@ -1,6 +1,6 @@
 """scripts/bench.py's PureJaxRL case (--reference-dir): it runs a folder's own ppo.py in a fresh interpreter,
 with stand-ins for wrappers.py's brax/navix imports, and reports its figures; a folder without ppo.py is one line
-and exit 2. A stand-in ppo.py here keeps the test fast; the real comparison is specs/speed.md."""
+and exit 2. The public HackMatrix port's case (--port-dir) likewise, with its own trainer. A stand-in ppo.py here keeps the test fast; the real comparison is specs/speed.md."""
 
 import os
 import subprocess
@@ -59,6 +59,71 @@ def test_a_failing_reference_is_reported_by_the_case_not_a_traceback(tmp_path):
                          capture_output=True, text=True, timeout=300)
     line = next(l for l in out.stdout.splitlines() if l.startswith("cartpole-4x128-purejaxrl"))
     assert "failed" in line and "distrax" in line
+
+
+# What bench.py relies on in the public HackMatrix port (its python/ folder): hackmatrix.purejaxrl exports
+# TrainConfig (num_envs, num_steps, total_timesteps; num_updates, batch_size, ...) and make_train(config) -> train(key);
+# the package's __init__ imports the gymnasium bridge, as the port's does.
+FAKE_PORT = {
+    "hackmatrix/__init__.py": "from gymnasium import spaces\n",
+    "hackmatrix/purejaxrl/train.py": '''
+import dataclasses, jax.numpy as jnp
+
+@dataclasses.dataclass
+class TrainConfig:
+    num_envs: int = 256
+    num_steps: int = 128
+    total_timesteps: int = 10_000_000
+    num_minibatches: int = 4
+    update_epochs: int = 4
+    hidden_dim: int = 256
+    num_layers: int = 2
+    @property
+    def num_updates(self):
+        return self.total_timesteps // (self.num_envs * self.num_steps)
+    @property
+    def batch_size(self):
+        return self.num_envs * self.num_steps
+
+def make_train(config):
+    def train(key):
+        return jnp.zeros((config.num_updates, config.num_envs)) + key[0]
+    return train
+''',
+    "hackmatrix/purejaxrl/__init__.py": "from .train import TrainConfig, make_train\n",
+}
+
+
+def write_fake_port(root, files=FAKE_PORT):
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def test_bench_runs_the_public_ports_own_trainer_as_a_case(tmp_path):
+    write_fake_port(tmp_path)
+    out = subprocess.run([sys.executable, BENCH, "--port-dir", str(tmp_path), "--cases", "hackmatrix-ppo-2048x128-port"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = next(l for l in out.stdout.splitlines() if l.startswith("hackmatrix-ppo-2048x128-port"))
+    assert "failed" not in line
+    assert "the public port's trainer, 1 updates per call, 4 mb x 4 ep, 2 x 256 shared torso" in line
+
+
+def test_bench_says_in_one_line_when_the_port_folder_has_no_trainer(tmp_path):
+    out = subprocess.run([sys.executable, BENCH, "--port-dir", str(tmp_path), "--cases", "hackmatrix-ppo-2048x128-port"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [f"error: --port-dir {tmp_path}: no hackmatrix/purejaxrl/train.py there "
+                                               "(the port's python/ folder)"]
+
+
+def test_a_failing_port_trainer_is_reported_by_the_case_not_a_traceback(tmp_path):
+    write_fake_port(tmp_path, {**FAKE_PORT, "hackmatrix/purejaxrl/__init__.py": "import distrax\n"})
+    out = subprocess.run([sys.executable, BENCH, "--port-dir", str(tmp_path), "--cases", "hackmatrix-ppo-2048x128-port"],
+                         capture_output=True, text=True, timeout=300)
+    line = next(l for l in out.stdout.splitlines() if l.startswith("hackmatrix-ppo-2048x128-port"))
+    assert "failed" in line and "the port's trainer failed" in line and "distrax" in line
 
 
 def load_bench(path=BENCH):
