@@ -465,6 +465,11 @@ CASES = {
     # The teachers' cost on the MLP (as first measured, beside -mlp's exit-rush): --teacher none, and the
     # look-ahead teachers (four move-or-attacks and up to three breadth-first searches per env per step, not one).
     "hackmatrix-ppo-2048x128-noteacher": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp", teacher="none")),
+    # The port's network size on our pipeline (bench.py --port-dir, hackmatrix-ppo-2048x128-port): the MLP at 2 x 256,
+    # no teacher, our default minibatches (auto-scaled: 32 x 2) and uint8 storage; the port shares one 2 x 256 torso
+    # between actor and critic and runs 4 x 4 on float32 observations.
+    "hackmatrix-ppo-2048x128-mlp256": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp", hidden_dim=256,
+                                                              teacher="none")),
     # Today's defaults without their teacher: the collector's cost, which a run pays after its weight reaches 0 too.
     "hackmatrix-ppo-2048x128-ego-noteacher": (bench_hephaestus, dict(HACKMATRIX_2048X128, teacher="none")),
     "hackmatrix-ppo-2048x128-safe": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp",

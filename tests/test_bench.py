@@ -156,6 +156,9 @@ def test_every_pipeline_case_builds_the_config_it_names():
     default, bare = configs["hackmatrix-ppo-2048x128"], configs["hackmatrix-ppo-2048x128-ego-noteacher"]
     assert (default.ppo.teacher, bare.ppo.teacher) == ("exit-rush-collector", "none")  # the defaults less their teacher
     assert (bare.network.hidden_dim, bare.network.cell_dim) == (default.network.hidden_dim, default.network.cell_dim)
+    port_size = configs["hackmatrix-ppo-2048x128-mlp256"]  # the port's network size, set against its trainer
+    assert (port_size.network.encoder, port_size.network.hidden_dim, port_size.network.num_layers,
+            port_size.ppo.teacher) == ("mlp", 256, 2, "none")
     hackmatrix = make_training_env(bare.env).spec  # both leave the encoder "auto": settled, it is the name's ego
     assert resolve_encoder(bare, hackmatrix) == resolve_encoder(default, hackmatrix) == "ego"
     for name, config in configs.items():  # the DeepSea cases share the experiment's PPO settings
