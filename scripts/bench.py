@@ -258,28 +258,28 @@ print("RESULT " + json.dumps({"peak_mib": resource.getrusage(resource.RUSAGE_SEL
 """
 
 
-def run_port(port_dir: str, python: str, num_envs: int, num_steps: int, updates_per_call: int) -> dict:
-    """The public HackMatrix port's own `make_train` (from `port_dir`, its python/ folder), compiled once and called
-    TIMED_RUNS times in a fresh process -> its figures, as bench_hephaestus reports ours."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (port_dir, os.environ.get("PYTHONPATH")) if p)}
-    out = subprocess.run([python, "-c", PORT_RUNNER, str(num_envs), str(num_steps), str(updates_per_call),
-                          str(TIMED_RUNS)], capture_output=True, text=True, env=env)
+def run_foreign(who: str, folder: str, python: str, runner: str, *args: str) -> dict:
+    """Another project's code (`runner`, with `folder` first on its path) in a fresh `python` process -> the
+    figures it prints on its RESULT line; a failure is a RuntimeError naming `who` and its last error line."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH")) if p)}
+    out = subprocess.run([python, "-c", runner, *args], capture_output=True, text=True, env=env)
     line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
     if out.returncode or line is None:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"the port's trainer failed: {last[:200]}")
+        raise RuntimeError(f"{who} failed: {last[:200]}")
     return json.loads(line[len("RESULT "):])
+
+
+def run_port(port_dir: str, python: str, num_envs: int, num_steps: int, updates_per_call: int) -> dict:
+    """The public HackMatrix port's own `make_train` (from `port_dir`, its python/ folder), compiled once and called
+    TIMED_RUNS times in a fresh process -> its figures, as bench_hephaestus reports ours."""
+    return run_foreign("the port's trainer", port_dir, python, PORT_RUNNER, str(num_envs), str(num_steps),
+                       str(updates_per_call), str(TIMED_RUNS))
 
 
 def run_purejaxrl(reference_dir: str, python: str, config: dict) -> dict:
     """PureJaxRL's own `make_train(config)`, compiled and run once in a fresh process -> its figures."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (reference_dir, os.environ.get("PYTHONPATH")) if p)}
-    out = subprocess.run([python, "-c", PUREJAXRL_RUNNER, json.dumps(config)], capture_output=True, text=True, env=env)
-    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
-    if out.returncode or line is None:
-        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"PureJaxRL's ppo.py failed: {last[:200]}")
-    return json.loads(line[len("RESULT "):])
+    return run_foreign("PureJaxRL's ppo.py", reference_dir, python, PUREJAXRL_RUNNER, json.dumps(config))
 
 
 def run_ours_script(run_dir: str, cold_cache: bool = False) -> dict:
@@ -619,11 +619,11 @@ def main() -> int:
           f"median of {TIMED_RUNS} timed chunks after compile")
     print(f"{'case':<30} {'compile s':>9} {'env steps/s':>12} {'peak MiB':>9}  detail")
     results = {}
-    reference = ["--reference-dir", args.reference_dir, "--reference-python", args.reference_python] \
-        if args.reference_dir else []
-    reference += ["--port-dir", args.port_dir] if args.port_dir else []
+    foreign = ["--reference-dir", args.reference_dir, "--reference-python", args.reference_python] \
+        if args.reference_dir else []  # the workers add the same foreign cases
+    foreign += ["--port-dir", args.port_dir] if args.port_dir else []
     for name in names:
-        out = subprocess.run([sys.executable, __file__, "--worker", name, *reference], capture_output=True, text=True)
+        out = subprocess.run([sys.executable, __file__, "--worker", name, *foreign], capture_output=True, text=True)
         line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
         if out.returncode or line is None:
             last = (out.stderr.strip().splitlines() or ["no output"])[-1]

@@ -1,6 +1,7 @@
 """scripts/bench.py's PureJaxRL case (--reference-dir): it runs a folder's own ppo.py in a fresh interpreter,
 with stand-ins for wrappers.py's brax/navix imports, and reports its figures; a folder without ppo.py is one line
-and exit 2. The public HackMatrix port's case (--port-dir) likewise, with its own trainer. A stand-in ppo.py here keeps the test fast; the real comparison is specs/speed.md."""
+and exit 2. The public HackMatrix port's case (--port-dir) likewise, with its own trainer. Stand-ins for ppo.py and
+the port keep the tests fast; the real comparisons are in specs/speed.md."""
 
 import os
 import subprocess
