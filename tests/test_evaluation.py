@@ -11,7 +11,7 @@ import pytest
 
 from hephaestus import episode_stats
 from hephaestus import networks as nets
-from hephaestus.config import TrainConfig, resolve
+from hephaestus.config import ConfigError, TrainConfig, resolve
 from hephaestus.envs.adapters import adapt_gymnax
 from hephaestus.evaluation import make_evaluator, policy_index, summarise
 from hephaestus.loop import run
@@ -73,6 +73,40 @@ def test_greedy_act_is_the_argmax_over_valid_actions_and_sampling_respects_the_m
     np.testing.assert_array_equal(v, value)
     sampled = nets.act(net, params, obs, mask, jax.random.PRNGKey(4), greedy=False)[1]
     assert np.all(np.asarray(mask)[np.arange(64), np.asarray(sampled)])
+
+
+def test_unimix_floors_every_valid_action_keeps_the_greedy_choice_and_round_trips_through_the_meta():
+    """--unimix: the network's policy is (1 - u) softmax + u / n, so a policy whose logits all but rule an action
+    out still gives it about u / n; masked actions stay at 0, greedy actions are the unmixed argmax, and the
+    setting travels with checkpoints and exports (NetworkSpec meta; older files mean 0)."""
+    u = 0.1
+    plain = nets.NetworkSpec(obs_dim=3, action_dim=6, discrete=True, hidden_dim=8, num_layers=1)
+    mixed = nets.NetworkSpec(**{**vars(plain), "unimix": u})
+    net, mix_net = plain.build(), mixed.build()
+    params = net.init(jax.random.PRNGKey(0), jnp.zeros((1, 3)))
+    # an actor 1000 times the initial one: near-deterministic logits
+    params = {"params": {**params["params"], "actor": jax.tree.map(lambda w: w * 1000.0, params["params"]["actor"])}}
+    obs = jax.random.normal(jax.random.PRNGKey(1), (64, 3))
+    logits, value = net.apply(params, obs)
+    mixed_out, mixed_value = mix_net.apply(params, obs)  # unimix adds no parameters
+    probs = np.asarray(jax.nn.softmax(logits, axis=-1))
+    np.testing.assert_allclose(np.exp(np.asarray(mixed_out)), (1 - u) * probs + u / 6, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(mixed_value, value)
+    assert probs.min() < 1e-4  # without the mix some action is all but ruled out ...
+    mask = jnp.ones((64, 6), bool).at[:, 0].set(False)
+    log_p = np.stack([np.asarray(nets.categorical_log_prob(mixed_out, mask, jnp.full((64,), a))) for a in range(6)], -1)
+    assert np.all(np.exp(log_p[:, 1:]) >= u / 6 * 0.99) and np.all(np.exp(log_p[:, 0]) == 0.0)  # ... not with it
+    np.testing.assert_allclose(np.exp(log_p).sum(-1), 1.0, rtol=1e-5)
+    greedy = nets.act(mix_net, params, obs, mask, jax.random.PRNGKey(2), greedy=True)[1]
+    np.testing.assert_array_equal(greedy, nets.act(net, params, obs, mask, jax.random.PRNGKey(2), greedy=True)[1])
+    assert np.asarray(nets.categorical_entropy(mixed_out, mask)).min() > np.asarray(
+        nets.categorical_entropy(logits, mask)).min()
+    assert nets.NetworkSpec.from_meta(mixed.to_meta()).unimix == u
+    assert nets.NetworkSpec.from_meta({k: v for k, v in mixed.to_meta().items() if k != "unimix"}).unimix == 0.0
+    config = resolve(TrainConfig.from_flat(env="statwalk", **SMALL, unimix=0.05))[0]
+    assert nets.NetworkSpec.of(stat_walk().spec, config).unimix == 0.05
+    with pytest.raises(ConfigError, match="--unimix must be in"):
+        resolve(TrainConfig.from_flat(env="statwalk", **SMALL, unimix=1.0))
 
 
 def test_continuous_act_clips_what_the_env_receives_and_greedy_is_the_mean():

@@ -246,6 +246,11 @@ class NetworkConfig:
     """how the rollout buffer stores observations (the largest array of a rollout): uint8 is exact for envs
     declaring obs_quanta (hackmatrix) at a quarter of float32's memory; bfloat16 halves it, rounding what the
     policy sees; auto = uint8 where exact and no extra stage reads observations, else float32"""
+    unimix: float = 0.0
+    """share of a uniform distribution mixed into a discrete actor's policy, (1 - u) softmax + u / actions, so no
+    action's probability falls to 0 (DreamerV3 mixes 0.01 into its actor); the mixed distribution is what acts,
+    what the losses score and what checkpoints replay; greedy actions are unchanged (the mix keeps the argmax);
+    0 = off"""
     normalize_obs: bool = False
     """standardise observations by their running mean and variance (kept with the network's parameters, so
     checkpoints, exports, evaluate and watch use them; updated after each PPO update; normalization.py); for envs
@@ -769,6 +774,8 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"--num-devices must be >= 0 (0 = all), got {run.num_devices}")
     if net.num_layers < 0:
         raise ConfigError(f"--num-layers must be >= 0, got {net.num_layers}")
+    if not 0.0 <= net.unimix < 1.0:
+        raise ConfigError(f"--unimix must be in [0, 1), got {net.unimix}")
     if run.keep_checkpoints <= 0:
         raise ConfigError(f"--keep-checkpoints must be positive, got {run.keep_checkpoints}")
     if run.save_interval < 0:

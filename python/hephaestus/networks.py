@@ -197,6 +197,7 @@ class ActorCritic(nn.Module):
     obs_board: tuple[int, int, int, int] | None = None  # (rows, cols, row_feature, col_feature): the ego encoder
     cell_dim: int = 16
     salience_heads: int = 0  # > 0: the cells are salience-pooled by this many heads (SalienceEncoder)
+    unimix: float = 0.0  # discrete: the policy is (1 - unimix) softmax(logits) + unimix / action_dim
     # Continuous envs: the bounds `act` clips the action the env receives to (no parameters; empty if discrete).
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
@@ -240,7 +241,10 @@ class ActorCritic(nn.Module):
 
     def __call__(self, obs):
         x = self.encode(obs)
-        return self.actor(x), self.critic(x)[..., 0]
+        out = self.actor(x)
+        if self.discrete and self.unimix > 0:
+            out = mix_uniform(out, self.unimix)
+        return out, self.critic(x)[..., 0]
 
     def value(self, obs):
         return self.critic(self.encode(obs))[..., 0]
@@ -297,11 +301,13 @@ class NetworkSpec:
     action_low: tuple[float, ...] = ()  # continuous: the bounds `act` clips env actions to
     action_high: tuple[float, ...] = ()
     normalize_obs: bool = False  # running observation statistics in the OBS_NORM collection
+    unimix: float = 0.0  # discrete: the uniform share mixed into the policy (--unimix)
 
     # What a field means when a file predates it (exports and checkpoints before the cells encoder, the storage
     # dtype and the recorded matmul dtype are float32 MLPs).
     META_DEFAULTS: ClassVar[dict] = {"activation": "tanh", "encoder": "mlp", "cell_dim": 16, "salience_heads": 4,
-                                     "obs_dtype": "float32", "dtype": "float32", "normalize_obs": False}
+                                     "obs_dtype": "float32", "dtype": "float32", "normalize_obs": False,
+                                     "unimix": 0.0}
     META_REQUIRED: ClassVar[tuple] = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers")
 
     @classmethod
@@ -319,7 +325,7 @@ class NetworkSpec:
                    salience_heads=net.salience_heads if encoder == "salience" else cls.META_DEFAULTS["salience_heads"],
                    obs_dtype=resolve_obs_dtype(config, env_spec), dtype=net.dtype,
                    action_low=tuple(env_spec.action_low), action_high=tuple(env_spec.action_high),
-                   normalize_obs=bool(net.normalize_obs))
+                   normalize_obs=bool(net.normalize_obs), unimix=float(net.unimix) if env_spec.discrete else 0.0)
 
     def to_meta(self) -> dict:
         """JSON-ready; `obs_cells` and `cell_dim` only for the encoders of cells, `obs_board` for ego."""
@@ -327,7 +333,7 @@ class NetworkSpec:
                 "action_low": list(self.action_low), "action_high": list(self.action_high),
                 "hidden_dim": self.hidden_dim, "num_layers": self.num_layers, "activation": self.activation,
                 "encoder": self.encoder, "obs_dtype": self.obs_dtype, "dtype": self.dtype,
-                "normalize_obs": self.normalize_obs}
+                "normalize_obs": self.normalize_obs, "unimix": self.unimix}
         if self.encoder in CELL_ENCODERS:
             meta.update(obs_cells=list(self.obs_cells), cell_dim=self.cell_dim)
         if self.encoder == "salience":
@@ -358,7 +364,7 @@ class NetworkSpec:
                    obs_dtype=net["obs_dtype"], dtype=net["dtype"],
                    action_low=tuple(float(x) for x in net.get("action_low", ())),
                    action_high=tuple(float(x) for x in net.get("action_high", ())),
-                   normalize_obs=bool(net["normalize_obs"]))
+                   normalize_obs=bool(net["normalize_obs"]), unimix=float(net["unimix"]))
 
     def build(self) -> ActorCritic:
         return ActorCritic(action_dim=self.action_dim, discrete=self.discrete, hidden_dim=self.hidden_dim,
@@ -368,7 +374,7 @@ class NetworkSpec:
                            cell_dim=self.cell_dim,
                            salience_heads=self.salience_heads if self.encoder == "salience" else 0,
                            action_low=self.action_low, action_high=self.action_high,
-                           normalize_obs=self.normalize_obs, obs_dim=self.obs_dim)
+                           normalize_obs=self.normalize_obs, obs_dim=self.obs_dim, unimix=self.unimix)
 
 
 def make_network(spec, config) -> ActorCritic:
@@ -430,6 +436,14 @@ def evaluate(network: ActorCritic, params, obs, mask, action, teacher_action=Non
 # the row falls back to the unmasked policy, sampling, log_prob and entropy alike, and the env ends the episode
 # on whatever is taken. Callers count such rows (`fully_masked_rows`); the training loop warns once, or stops
 # with an error for envs that declare such a row a bug (`EnvSpec.fully_masked_is_bug`, HackMatrix).
+
+
+def mix_uniform(logits, unimix: float):
+    """Log-probabilities of (1 - unimix) softmax(logits) + unimix / n over the last axis (DreamerV3's unimix),
+    in float32. Used as logits: the masked functions below renormalise it over the valid actions, so each valid
+    action keeps at least about unimix / n of the mass wherever the network puts the rest; the argmax is unchanged."""
+    log_p = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return jnp.logaddexp(jnp.log1p(-unimix) + log_p, jnp.log(unimix / logits.shape[-1]))
 
 
 def effective_mask(mask):
