@@ -179,6 +179,33 @@ def test_replay_wraps_and_sampling_is_stratified():
     assert seqs["id"].shape == (2, 4)  # time-major [L, B]
 
 
+def test_reward_rich_draws_replay_a_rare_reward_and_leave_the_default_draws_unchanged():
+    # 8 stored sequences of 2 steps in a buffer of 10: slot 5 holds the one large reward (a DeepSea treasure),
+    # the others the small move costs; slots 8 and 9 are not written yet.
+    rewards = jnp.full((8, 2), -0.001).at[5, 1].set(1.0)
+    replay = rp.replay_add(rp.replay_init(10, {"reward": jax.ShapeDtypeStruct((2,), jnp.float32)}), {"reward": rewards})
+    key = jax.random.PRNGKey(3)
+    plain, _ = rp.sample_indices(key, replay, 1000, 0.5, window=4)
+    # off (0) is the sampler as it was: the same key gives the same draws
+    np.testing.assert_array_equal(rp.sample_indices(key, replay, 1000, 0.5, 4, reward_fraction=0.0)[0], plain)
+    idx, front = rp.sample_indices(key, replay, 1000, 0.5, window=4, reward_fraction=0.25)
+    idx, front = np.asarray(idx), np.asarray(front)
+    assert front.sum() == 500 and np.all(idx < 8)  # the frontier share is kept; nothing unwritten is drawn
+    rich = idx[500:750]
+    # weights 1 against 7 x 0.001: the rare reward's slot is nearly every reward-rich draw, where the uniform
+    # episodic draws take it about one time in eight
+    assert np.mean(rich == 5) > 0.9
+    assert np.mean(idx[750:] == 5) < 0.3
+    # equal rewards everywhere (CartPole's 1 per step): the reward-rich draws are uniform
+    flat = rp.replay_add(rp.replay_init(8, {"reward": jax.ShapeDtypeStruct((2,), jnp.float32)}),
+                         {"reward": jnp.ones((8, 2))})
+    counts = np.bincount(np.asarray(rp.sample_indices(key, flat, 4000, 0.0, 4, reward_fraction=1.0)[0]), minlength=8)
+    assert counts.min() > 4000 / 8 * 0.8
+    with pytest.raises(ConfigError, match="--dtc-reward-fraction"):
+        resolve(TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer", dtc_frontier_fraction=0.5,
+                                      dtc_reward_fraction=0.6))
+
+
 def test_rollout_is_cut_into_env_sequences():
     t, n, seq_len = 8, 3, 4
     x = jnp.arange(t * n).reshape(t, n)  # value = step * n + env

@@ -113,12 +113,15 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          dtc_seq_len=args.seq_len,
                          dtc_replay_ratio=args.replay_ratio, dtc_replay_capacity=args.replay_capacity,
                          dtc_frontier_window=frontier_window(args),
-                         dtc_frontier_fraction=args.frontier_fraction, dtc_wm_batch=args.wm_batch,
+                         dtc_frontier_fraction=args.frontier_fraction, dtc_reward_fraction=args.reward_fraction,
+                         dtc_wm_batch=args.wm_batch,
                          dtc_wm_lr=args.wm_lr, dtc_ensemble_size=args.ensemble_size,
                          dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, dtc_prior_scale=args.prior_scale,
                          dtc_norm_rate=args.norm_rate,
                          rnd_coef=args.rnd_coef,
                          count_coef=args.count_coef)
+    if args.dreamer_entropy is not None:  # else the dreamer's own default (DreamerOptions.entropy)
+        config = config.replace(dreamer_entropy=args.dreamer_entropy)
     config = agent_config(config, agent)
     critic = ("intrinsic_critic",) if args.intrinsic_critic and agent in BONUS_AGENTS else ()
     config = config.replace(extra_stages=("deepsea_probe",) + config.extra_stages + critic + ("bonus_probe",))
@@ -161,6 +164,11 @@ def label(agent: str, args) -> str:
     agent is DTC with competence off."""
     noisy = " [stochastic]" if args.stochastic else ""
     noisy += " + intrinsic critic" if args.intrinsic_critic and agent in BONUS_AGENTS else ""
+    if agent in ("dreamer", "dreamer-dtc"):
+        variant = [f"reward-rich replay {args.reward_fraction:g}"] if args.reward_fraction else []
+        variant += [f"entropy {args.dreamer_entropy:g}"] if args.dreamer_entropy is not None else []
+        variant += [f"replay {args.replay_capacity}"] if args.replay_capacity != args.variant_defaults["replay_capacity"] else []
+        return agent + (f" ({', '.join(variant)})" if variant else "") + noisy
     if agent not in ("dtc", "disagreement"):
         return agent + noisy
     variant = [args.novelty_signal] + ([] if args.aleatoric_weight == 1.0 else [f"aleatoric {args.aleatoric_weight:g}"])
@@ -174,7 +182,8 @@ def label(agent: str, args) -> str:
 
 # DTC settings a row's label names when they differ from the parser's defaults.
 VARIANT_FLAGS = {"bonus": "intrinsic_coef", "replay ratio": "replay_ratio", "wm batch": "wm_batch", "wm lr": "wm_lr",
-                 "wm width": "wm_dim", "prior": "prior_scale", "norm rate": "norm_rate"}
+                 "wm width": "wm_dim", "prior": "prior_scale", "norm rate": "norm_rate",
+                 "reward-rich replay": "reward_fraction"}
 BONUS_AGENTS = ("count", "rnd", "dtc", "disagreement")  # the agents --intrinsic-critic applies to
 
 
@@ -367,6 +376,12 @@ def main():
     p.add_argument("--frontier-window", type=int, default=0,
                    help="DTC replay: sequences in the recent window (0: a quarter of the capacity)")
     p.add_argument("--frontier-fraction", type=float, default=0.5, help="DTC replay: share of draws from the window")
+    p.add_argument("--reward-fraction", type=float, default=0.0,
+                   help="world-model replay (and the dreamers' dream starts): share of draws in proportion to a "
+                        "sequence's largest |reward| (0: off)")
+    p.add_argument("--dreamer-entropy", type=float, default=None,
+                   help="the dreamers' entropy regulariser (default: the dreamer's own, --dreamer-entropy of the "
+                        "training script)")
     p.add_argument("--wm-batch", type=int, default=16, help="DTC world model: sequences per gradient step")
     p.add_argument("--wm-lr", type=float, default=1e-3, help="DTC world model: learning rate")
     p.add_argument("--ensemble-size", type=int, default=5)
@@ -388,7 +403,7 @@ def main():
                        ensemble_size=2, wm_dim=16, replay_capacity=64, hidden_dim=32)
     args = p.parse_args()
     args.variant_defaults = {field: p.get_default(field) for field in
-                                 ("frontier_window", "frontier_fraction", *VARIANT_FLAGS.values())}
+                                 ("frontier_window", "frontier_fraction", "replay_capacity", *VARIANT_FLAGS.values())}
     if args.merge:
         return merge(args.merge, args.out)
     if min(args.sizes) < 2 or args.seeds < 1 or args.episodes < 1 or args.first_seed < 0:

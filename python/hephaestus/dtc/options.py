@@ -60,6 +60,9 @@ class DTCOptions:
     """share of replay draws from the most recent window"""
     frontier_window: int = 512
     """sequences in the recent window"""
+    reward_fraction: float = 0.0
+    """share of replay draws (world model and dream starts) in proportion to each stored sequence's largest
+    |reward|, so that a rare large reward is replayed until the reward head has learned it; 0: off"""
     novelty_signal: Literal["disagreement", "surprise"] = "surprise"
     """disagreement: variance of the members' predicted next observations (no outcome needed, the design's);
     surprise: the members' mean squared error against the observed next observation (score before learning)"""
@@ -121,6 +124,9 @@ class DTCOptions:
                               f"({per_rollout} sequences of {self.seq_len} steps)")
         if not 0.0 <= self.frontier_fraction <= 1.0:
             raise ConfigError(f"--dtc-frontier-fraction must be in [0, 1], got {self.frontier_fraction}")
+        if not 0.0 <= self.reward_fraction <= 1.0 - self.frontier_fraction:
+            raise ConfigError(f"--dtc-reward-fraction must be in [0, 1 - --dtc-frontier-fraction] = "
+                              f"[0, {1.0 - self.frontier_fraction:g}], got {self.reward_fraction}")
 
 
 @register_options("dreamer")

@@ -5,10 +5,16 @@ pointer, wrapping around. Sampling is O(1) per draw and stratified:
 
 * frontier: `round(frontier_fraction * B)` draws uniform over the `min(window, count)` most recently
   written slots, i.e. slots (ptr - 1 - u) mod capacity, u ~ U[0, min(window, count));
+* reward-rich (off unless `reward_fraction` > 0): `round(reward_fraction * B)` draws over the stored slots in
+  proportion to each sequence's largest |reward|, so that a rare large reward (DeepSea's treasure, found once
+  in hundreds of episodes) is replayed until the reward head has learned it instead of about once; where every
+  sequence's largest |reward| is the same (CartPole's 1 per step) these draws are uniform like the episodic ones;
 * episodic: the rest, uniform over every stored slot, U[0, count) (while filling, slots 0..count-1 are the
   stored ones; once full, every slot is).
 
-Both are correct while the buffer fills and after the pointer wraps; no sums, trees or priorities.
+All are correct while the buffer fills and after the pointer wraps. The reward-rich draws read the stored
+rewards (capacity x L) at every draw, O(capacity), with no sum tree: the buffers here hold thousands of
+sequences, not millions.
 """
 
 from __future__ import annotations
@@ -58,23 +64,42 @@ def replay_add(replay: Replay, seqs: dict) -> Replay:
     return Replay(data=data, ptr=(replay.ptr + s) % cap, count=jnp.minimum(replay.count + s, cap))
 
 
-def sample_indices(key, replay: Replay, batch: int, frontier_fraction: float, window: int):
-    """Slot indices: the first `round(frontier_fraction * batch)` from the frontier, the rest episodic.
+def reward_priority(replay: Replay) -> jax.Array:
+    """Each slot's largest |reward| over its sequence, float32[capacity] (0 for slots not yet written)."""
+    return jnp.max(jnp.abs(replay.data["reward"].astype(jnp.float32)), axis=1)
+
+
+def sample_indices(key, replay: Replay, batch: int, frontier_fraction: float, window: int,
+                   reward_fraction: float = 0.0):
+    """Slot indices: the first `round(frontier_fraction * batch)` from the frontier, then
+    `round(reward_fraction * batch)` reward-rich ones (at most what the frontier leaves), the rest episodic.
     Returns (indices int32[batch], is_frontier bool[batch])."""
     cap = capacity_of(replay)
     n_front = int(round(frontier_fraction * batch))
-    key_f, key_e = jax.random.split(key)
+    n_reward = min(int(round(reward_fraction * batch)), batch - n_front)
+    if n_reward:
+        key_f, key_e, key_r = jax.random.split(key, 3)
+    else:  # the two-way split of the sampler without reward-rich draws, so its draws stay as they were
+        key_f, key_e = jax.random.split(key)
     count = jnp.maximum(replay.count, 1)
     w = jnp.minimum(jnp.int32(window), count)
     back = jax.random.randint(key_f, (n_front,), 0, w)  # u in [0, w)
     front = (replay.ptr - 1 - back) % cap
-    episodic = jax.random.randint(key_e, (batch - n_front,), 0, count)
-    idx = jnp.concatenate([front, episodic]).astype(jnp.int32)
+    parts = [front]
+    if n_reward:
+        # log-weights of the stored slots; the floor keeps a buffer of zero rewards uniform and every slot
+        # possible, and slots not yet written (index >= count while filling) impossible
+        logits = jnp.log(reward_priority(replay) + 1e-6)
+        logits = jnp.where(jnp.arange(cap) < count, logits, -jnp.inf)
+        parts.append(jax.random.categorical(key_r, logits, shape=(n_reward,)))
+    parts.append(jax.random.randint(key_e, (batch - n_front - n_reward,), 0, count))
+    idx = jnp.concatenate(parts).astype(jnp.int32)
     is_front = jnp.arange(batch) < n_front
     return idx, is_front
 
 
-def replay_sample(key, replay: Replay, batch: int, frontier_fraction: float, window: int) -> dict:
+def replay_sample(key, replay: Replay, batch: int, frontier_fraction: float, window: int,
+                  reward_fraction: float = 0.0) -> dict:
     """`batch` sequences, time-major: name -> [L, batch, ...]."""
-    idx, _ = sample_indices(key, replay, batch, frontier_fraction, window)
+    idx, _ = sample_indices(key, replay, batch, frontier_fraction, window, reward_fraction)
     return {k: jnp.swapaxes(jnp.take(v, idx, axis=0), 0, 1) for k, v in replay.data.items()}
