@@ -165,9 +165,7 @@ def label(agent: str, args) -> str:
     noisy = " [stochastic]" if args.stochastic else ""
     noisy += " + intrinsic critic" if args.intrinsic_critic and agent in BONUS_AGENTS else ""
     if agent in ("dreamer", "dreamer-dtc"):
-        variant = [f"reward-rich replay {args.reward_fraction:g}"] if args.reward_fraction else []
-        variant += [f"entropy {args.dreamer_entropy:g}"] if args.dreamer_entropy is not None else []
-        variant += [f"replay {args.replay_capacity}"] if args.replay_capacity != args.variant_defaults["replay_capacity"] else []
+        variant = changed_flags(args, DREAMER_VARIANT_FLAGS)
         return agent + (f" ({', '.join(variant)})" if variant else "") + noisy
     if agent not in ("dtc", "disagreement"):
         return agent + noisy
@@ -175,15 +173,24 @@ def label(agent: str, args) -> str:
     defaults = args.variant_defaults  # the parser's (--quick's where given): a row names what differs
     if (args.frontier_window, args.frontier_fraction) != (defaults["frontier_window"], defaults["frontier_fraction"]):
         variant.append(f"replay: {args.frontier_fraction:g} from the last {frontier_window(args)}")
-    variant += [f"{name} {getattr(args, field):g}" for name, field in VARIANT_FLAGS.items()
-                if getattr(args, field) != defaults[field]]
+    variant += changed_flags(args, VARIANT_FLAGS)
     return f"{'dtc' if agent == 'dtc' else 'dtc, competence off'} ({', '.join(variant)}){noisy}"
+
+
+def changed_flags(args, flags: dict) -> list:
+    """'name value' for each of `flags` (label name -> argument) that differs from the parser's default (--quick's
+    where given), in the order of `flags`."""
+    return [f"{name} {getattr(args, field):g}" for name, field in flags.items()
+            if getattr(args, field) != args.variant_defaults[field]]
 
 
 # DTC settings a row's label names when they differ from the parser's defaults.
 VARIANT_FLAGS = {"bonus": "intrinsic_coef", "replay ratio": "replay_ratio", "wm batch": "wm_batch", "wm lr": "wm_lr",
                  "wm width": "wm_dim", "prior": "prior_scale", "norm rate": "norm_rate",
                  "reward-rich replay": "reward_fraction"}
+# The dreamers' settings a row's label names likewise (they have no bonus of their own on real transitions).
+DREAMER_VARIANT_FLAGS = {"reward-rich replay": "reward_fraction", "entropy": "dreamer_entropy",
+                         "replay": "replay_capacity"}
 BONUS_AGENTS = ("count", "rnd", "dtc", "disagreement")  # the agents --intrinsic-critic applies to
 
 
@@ -403,7 +410,8 @@ def main():
                        ensemble_size=2, wm_dim=16, replay_capacity=64, hidden_dim=32)
     args = p.parse_args()
     args.variant_defaults = {field: p.get_default(field) for field in
-                                 ("frontier_window", "frontier_fraction", "replay_capacity", *VARIANT_FLAGS.values())}
+                                 ("frontier_window", "frontier_fraction", *VARIANT_FLAGS.values(),
+                                  *DREAMER_VARIANT_FLAGS.values())}
     if args.merge:
         return merge(args.merge, args.out)
     if min(args.sizes) < 2 or args.seeds < 1 or args.episodes < 1 or args.first_seed < 0:
