@@ -204,6 +204,23 @@ def test_reward_rich_draws_replay_a_rare_reward_and_leave_the_default_draws_unch
     with pytest.raises(ConfigError, match="--dtc-reward-fraction"):
         resolve(TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer", dtc_frontier_fraction=0.5,
                                       dtc_reward_fraction=0.6))
+    with pytest.raises(ConfigError, match="--dtc-reward-power"):
+        resolve(TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer", dtc_reward_fraction=0.25,
+                                      dtc_reward_power=0.0))
+
+
+def test_reward_rich_draws_weigh_a_rare_reward_above_many_small_ones_at_power_2():
+    # A whole run's replay (DeepSea's): 2,000 sequences, each with one move cost of 0.001, one with the treasure.
+    # Proportional weights (power 1) give the treasure 1 / (1 + 1999 x 0.001), about a third of the reward-rich
+    # draws; squared weights (the default) nearly all of them.
+    rewards = jnp.zeros((2000, 8)).at[:, 3].set(-0.001).at[1234, 7].set(1.0)
+    replay = rp.replay_add(rp.replay_init(2000, {"reward": jax.ShapeDtypeStruct((8,), jnp.float32)}), {"reward": rewards})
+    key = jax.random.PRNGKey(4)
+    share = lambda power: np.mean(np.asarray(rp.sample_indices(key, replay, 4000, 0.0, 4, reward_fraction=1.0,
+                                                               reward_power=power)[0]) == 1234)
+    assert 0.2 < share(1.0) < 0.5
+    assert share(2.0) > 0.95
+    assert rp.sample_indices(key, replay, 8, 0.0, 4, reward_fraction=1.0)[0].shape == (8,)
 
 
 def test_rollout_is_cut_into_env_sequences():

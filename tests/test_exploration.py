@@ -273,6 +273,28 @@ def test_deepsea_experiment_quick_runs_end_to_end(tmp_path):
 
 
 @pytest.mark.heavy
+def test_dreamer_deepsea_probe_quick_accounts_for_every_treasure_and_weighs_it_by_power(tmp_path):
+    script = os.path.join(ROOT, "scripts", "experiments", "dreamer_deepsea_probe.py")
+    proc = subprocess.run([sys.executable, script, "--quick", "--reward-fraction", "0.25", "--out", str(tmp_path / "p")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((tmp_path / "p.json").read_text())
+    replay = data["replay"]
+    # 12 updates of 16 x 32 steps cut into sequences of 8: 768, all still stored (capacity 1024), so every treasure
+    # the rollouts found is one treasure transition in the replay the probe reads
+    assert replay["sequences"] == 12 * 16 * 32 // 8
+    assert replay["treasure_transitions"] == data["treasures_found"] > 0
+    assert data["reward_head"]["treasure"]["n"] == data["treasures_found"]
+    shares = replay["treasure_share_of_reward_rich_draws"]
+    assert 0 < shares["power 1"] < shares["power 2"] <= 1
+    assert sum(data["start_cell_action_probs"]) == pytest.approx(1.0, abs=1e-3)
+    assert len(data["treasure_sequence"]) == 8 and "treasure sequence: cell" in proc.stdout
+    bad = subprocess.run([sys.executable, script, "--reward-fraction", "0.9"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert bad.returncode != 0 and "--dtc-reward-fraction" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.heavy
 def test_novelty_by_visits_diagnostic_quick_runs_and_rnd_pays_most_for_rare_cells(tmp_path):
     script = os.path.join(ROOT, "scripts", "experiments", "novelty_by_visits.py")
     proc = subprocess.run([sys.executable, script, "--quick", "--out", str(tmp_path / "nv")], capture_output=True,

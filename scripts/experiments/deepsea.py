@@ -114,6 +114,7 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          dtc_replay_ratio=args.replay_ratio, dtc_replay_capacity=args.replay_capacity,
                          dtc_frontier_window=frontier_window(args),
                          dtc_frontier_fraction=args.frontier_fraction, dtc_reward_fraction=args.reward_fraction,
+                         dtc_reward_power=args.reward_power,
                          dtc_wm_batch=args.wm_batch,
                          dtc_wm_lr=args.wm_lr, dtc_ensemble_size=args.ensemble_size,
                          dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, dtc_prior_scale=args.prior_scale,
@@ -187,10 +188,10 @@ def changed_flags(args, flags: dict) -> list:
 # DTC settings a row's label names when they differ from the parser's defaults.
 VARIANT_FLAGS = {"bonus": "intrinsic_coef", "replay ratio": "replay_ratio", "wm batch": "wm_batch", "wm lr": "wm_lr",
                  "wm width": "wm_dim", "prior": "prior_scale", "norm rate": "norm_rate",
-                 "reward-rich replay": "reward_fraction"}
+                 "reward-rich replay": "reward_fraction", "reward power": "reward_power"}
 # The dreamers' settings a row's label names likewise (they have no bonus of their own on real transitions).
-DREAMER_VARIANT_FLAGS = {"reward-rich replay": "reward_fraction", "entropy": "dreamer_entropy",
-                         "replay": "replay_capacity"}
+DREAMER_VARIANT_FLAGS = {"reward-rich replay": "reward_fraction", "reward power": "reward_power",
+                         "entropy": "dreamer_entropy", "replay": "replay_capacity"}
 BONUS_AGENTS = ("count", "rnd", "dtc", "disagreement")  # the agents --intrinsic-critic applies to
 
 
@@ -386,6 +387,8 @@ def main():
     p.add_argument("--reward-fraction", type=float, default=0.0,
                    help="world-model replay (and the dreamers' dream starts): share of draws in proportion to a "
                         "sequence's largest |reward| (0: off)")
+    p.add_argument("--reward-power", type=float, default=2.0,
+                   help="reward-rich draws: a sequence's weight is its largest |reward| to this power (1: proportional)")
     p.add_argument("--dreamer-entropy", type=float, default=None,
                    help="the dreamers' entropy regulariser (default: the dreamer's own, --dreamer-entropy of the "
                         "training script)")

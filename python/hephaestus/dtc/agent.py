@@ -97,7 +97,8 @@ def make_world_model(config, spec, score: bool = True):
 
     def sample(key, replay, batch_size=config.stages.dtc.wm_batch):
         seq = rp.replay_sample(key, replay, batch_size, config.stages.dtc.frontier_fraction,
-                               config.stages.dtc.frontier_window, config.stages.dtc.reward_fraction)
+                               config.stages.dtc.frontier_window, config.stages.dtc.reward_fraction,
+                               config.stages.dtc.reward_power)
         # every replayed sequence starts from a zero state; episode starts inside it reset the state
         seq["first"] = jnp.concatenate([jnp.ones_like(seq["done"][:1]), seq["done"][:-1]], 0)
         return seq

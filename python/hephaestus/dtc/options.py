@@ -63,6 +63,10 @@ class DTCOptions:
     reward_fraction: float = 0.0
     """share of replay draws (world model and dream starts) in proportion to each stored sequence's largest
     |reward|, so that a rare large reward is replayed until the reward head has learned it; 0: off"""
+    reward_power: float = 2.0
+    """the reward-rich draws' weight of a sequence is its largest |reward| to this power. 1 (proportional) lets
+    many small rewards outweigh one large one: in a DeepSea-10 run's 12,544 stored sequences, most holding a move
+    cost of 0.001, the one treasure sequence (1.0) got 7.4% of the draws at 1 and 98.8% at 2"""
     novelty_signal: Literal["disagreement", "surprise"] = "surprise"
     """disagreement: variance of the members' predicted next observations (no outcome needed, the design's);
     surprise: the members' mean squared error against the observed next observation (score before learning)"""
@@ -127,6 +131,8 @@ class DTCOptions:
         if not 0.0 <= self.reward_fraction <= 1.0 - self.frontier_fraction:
             raise ConfigError(f"--dtc-reward-fraction must be in [0, 1 - --dtc-frontier-fraction] = "
                               f"[0, {1.0 - self.frontier_fraction:g}], got {self.reward_fraction}")
+        if not self.reward_power > 0.0:
+            raise ConfigError(f"--dtc-reward-power must be > 0, got {self.reward_power}")
 
 
 @register_options("dreamer")

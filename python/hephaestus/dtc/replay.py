@@ -6,7 +6,8 @@ pointer, wrapping around. Sampling is O(1) per draw and stratified:
 * frontier: `round(frontier_fraction * B)` draws uniform over the `min(window, count)` most recently
   written slots, i.e. slots (ptr - 1 - u) mod capacity, u ~ U[0, min(window, count));
 * reward-rich (off unless `reward_fraction` > 0): `round(reward_fraction * B)` draws over the stored slots in
-  proportion to each sequence's largest |reward|, so that a rare large reward (DeepSea's treasure, found once
+  proportion to each sequence's largest |reward| to the power `reward_power` (2 by default: proportional
+  weights let thousands of small move costs outweigh one large reward), so that a rare large reward (DeepSea's treasure, found once
   in hundreds of episodes) is replayed until the reward head has learned it instead of about once; where every
   sequence's largest |reward| is the same (CartPole's 1 per step) these draws are uniform like the episodic ones;
 * episodic: the rest, uniform over every stored slot, U[0, count) (while filling, slots 0..count-1 are the
@@ -64,13 +65,13 @@ def replay_add(replay: Replay, seqs: dict) -> Replay:
     return Replay(data=data, ptr=(replay.ptr + s) % cap, count=jnp.minimum(replay.count + s, cap))
 
 
-def reward_priority(replay: Replay) -> jax.Array:
-    """Each slot's largest |reward| over its sequence, float32[capacity] (0 for slots not yet written)."""
-    return jnp.max(jnp.abs(replay.data["reward"].astype(jnp.float32)), axis=1)
+def reward_priority(replay: Replay, power: float = 1.0) -> jax.Array:
+    """Each slot's largest |reward| over its sequence to `power`, float32[capacity] (0 for slots not yet written)."""
+    return jnp.max(jnp.abs(replay.data["reward"].astype(jnp.float32)), axis=1) ** power
 
 
 def sample_indices(key, replay: Replay, batch: int, frontier_fraction: float, window: int,
-                   reward_fraction: float = 0.0):
+                   reward_fraction: float = 0.0, reward_power: float = 2.0):
     """Slot indices: the first `round(frontier_fraction * batch)` from the frontier, then
     `round(reward_fraction * batch)` reward-rich ones (at most what the frontier leaves), the rest episodic.
     Returns (indices int32[batch], is_frontier bool[batch])."""
@@ -89,7 +90,7 @@ def sample_indices(key, replay: Replay, batch: int, frontier_fraction: float, wi
     if n_reward:
         # log-weights of the stored slots; the floor keeps a buffer of zero rewards uniform and every slot
         # possible, and slots not yet written (index >= count while filling) impossible
-        logits = jnp.log(reward_priority(replay) + 1e-6)
+        logits = jnp.log(reward_priority(replay, reward_power) + 1e-12)
         logits = jnp.where(jnp.arange(cap) < count, logits, -jnp.inf)
         parts.append(jax.random.categorical(key_r, logits, shape=(n_reward,)))
     parts.append(jax.random.randint(key_e, (batch - n_front - n_reward,), 0, count))
@@ -99,7 +100,7 @@ def sample_indices(key, replay: Replay, batch: int, frontier_fraction: float, wi
 
 
 def replay_sample(key, replay: Replay, batch: int, frontier_fraction: float, window: int,
-                  reward_fraction: float = 0.0) -> dict:
+                  reward_fraction: float = 0.0, reward_power: float = 2.0) -> dict:
     """`batch` sequences, time-major: name -> [L, batch, ...]."""
-    idx, _ = sample_indices(key, replay, batch, frontier_fraction, window, reward_fraction)
+    idx, _ = sample_indices(key, replay, batch, frontier_fraction, window, reward_fraction, reward_power)
     return {k: jnp.swapaxes(jnp.take(v, idx, axis=0), 0, 1) for k, v in replay.data.items()}
