@@ -275,10 +275,12 @@ def test_deepsea_experiment_quick_runs_end_to_end(tmp_path):
 @pytest.mark.heavy
 def test_dreamer_deepsea_probe_quick_accounts_for_every_treasure_and_weighs_it_by_power(tmp_path):
     script = os.path.join(ROOT, "scripts", "experiments", "dreamer_deepsea_probe.py")
-    proc = subprocess.run([sys.executable, script, "--quick", "--reward-fraction", "0.25", "--out", str(tmp_path / "p")],
+    proc = subprocess.run([sys.executable, script, "--quick", "--reward-fraction", "0.25", "--advantage-norm", "range",
+                           "--dreamer-entropy", "0.1", "--out", str(tmp_path / "p")],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads((tmp_path / "p.json").read_text())
+    assert data["dreamer"] == {"entropy": 0.1, "advantage_norm": "range"}  # the flags reach the trained config
     replay = data["replay"]
     # 12 updates of 16 x 32 steps cut into sequences of 8: 768, all still stored (capacity 1024), so every treasure
     # the rollouts found is one treasure transition in the replay the probe reads

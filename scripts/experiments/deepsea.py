@@ -123,6 +123,8 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          count_coef=args.count_coef)
     if args.dreamer_entropy is not None:  # else the dreamer's own default (DreamerOptions.entropy)
         config = config.replace(dreamer_entropy=args.dreamer_entropy)
+    if args.dreamer_advantage_norm is not None:  # else the dreamer's own (DreamerOptions.advantage_norm)
+        config = config.replace(dreamer_advantage_norm=args.dreamer_advantage_norm)
     config = agent_config(config, agent)
     critic = ("intrinsic_critic",) if args.intrinsic_critic and agent in BONUS_AGENTS else ()
     config = config.replace(extra_stages=("deepsea_probe",) + config.extra_stages + critic + ("bonus_probe",))
@@ -181,7 +183,8 @@ def label(agent: str, args) -> str:
 def changed_flags(args, flags: dict) -> list:
     """'name value' for each of `flags` (label name -> argument) that differs from the parser's default (--quick's
     where given), in the order of `flags`."""
-    return [f"{name} {getattr(args, field):g}" for name, field in flags.items()
+    show = lambda value: value if isinstance(value, str) else f"{value:g}"
+    return [f"{name} {show(getattr(args, field))}" for name, field in flags.items()
             if getattr(args, field) != args.variant_defaults[field]]
 
 
@@ -191,7 +194,8 @@ VARIANT_FLAGS = {"bonus": "intrinsic_coef", "replay ratio": "replay_ratio", "wm 
                  "reward-rich replay": "reward_fraction", "reward power": "reward_power"}
 # The dreamers' settings a row's label names likewise (they have no bonus of their own on real transitions).
 DREAMER_VARIANT_FLAGS = {"reward-rich replay": "reward_fraction", "reward power": "reward_power",
-                         "entropy": "dreamer_entropy", "replay": "replay_capacity"}
+                         "entropy": "dreamer_entropy", "advantages": "dreamer_advantage_norm",
+                         "replay": "replay_capacity"}
 BONUS_AGENTS = ("count", "rnd", "dtc", "disagreement")  # the agents --intrinsic-critic applies to
 
 
@@ -392,6 +396,9 @@ def main():
     p.add_argument("--dreamer-entropy", type=float, default=None,
                    help="the dreamers' entropy regulariser (default: the dreamer's own, --dreamer-entropy of the "
                         "training script)")
+    p.add_argument("--dreamer-advantage-norm", choices=("batch", "range"), default=None,
+                   help="the dreamers' advantage normalisation: batch (mean 0, std 1) or range (divided by max(1, "
+                        "the returns' 5th-95th percentile range), DreamerV3's); default: the dreamer's own")
     p.add_argument("--wm-batch", type=int, default=16, help="DTC world model: sequences per gradient step")
     p.add_argument("--wm-lr", type=float, default=1e-3, help="DTC world model: learning rate")
     p.add_argument("--ensemble-size", type=int, default=5)

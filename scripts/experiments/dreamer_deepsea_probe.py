@@ -80,11 +80,10 @@ def main(argv=None) -> int:
         replay_ratio=1.0, replay_capacity=args.replay_capacity, frontier_window=0, frontier_fraction=0.5,
         reward_fraction=args.reward_fraction, reward_power=args.reward_power, wm_batch=16, wm_lr=1e-3,
         ensemble_size=5, prior_scale=0.0, norm_rate=0.0, rnd_coef=0.05, count_coef=0.05,
-        dreamer_entropy=args.dreamer_entropy, intrinsic_critic=False, **small)
+        dreamer_entropy=args.dreamer_entropy, dreamer_advantage_norm=args.advantage_norm, intrinsic_critic=False,
+        **small)
     try:
         config = ds.make_config(args.size, "dreamer", 0.01, settings)
-        if args.advantage_norm:
-            config = ds.resolve(config.replace(dreamer_advantage_norm=args.advantage_norm))[0]
     except ConfigError as err:
         sys.exit(f"error: {err}")
     env = ds.make_env(config.env.name)
@@ -93,7 +92,10 @@ def main(argv=None) -> int:
     final, metrics = jax.jit(trainer.compiled_chunk)(trainer.init_runner_state(args.seed), jnp.int32(config.num_updates))
     metrics = jax.device_get(metrics)
     report = {"settings": {k: getattr(args, k) for k in ("size", "seed", "episodes", "reward_fraction", "reward_power",
-                                                         "replay_capacity", "dreamer_entropy", "advantage_norm")},
+                                                         "replay_capacity")},
+              # what the run used, read back from its config (the dreamer's defaults where no flag was given)
+              "dreamer": {"entropy": config.stages.dreamer.entropy,
+                          "advantage_norm": config.stages.dreamer.advantage_norm},
               "updates": config.num_updates, "train_s": round(time.perf_counter() - t0, 1)}
     tenths = lambda x: [round(float(np.mean(c)), 4) for c in np.array_split(np.asarray(x), 10)]
     # the rollout's episode/ statistics are sums over the episodes that ended in the update
