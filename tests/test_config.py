@@ -44,7 +44,7 @@ def test_base_inheritance_and_command_line_precedence(tmp_path):
 def test_presets_load_and_validate():
     presets = {name: resolve(load_config_file(os.path.join(ROOT, "configs", f"{name}.yaml")))[0]
                for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe",
-                            "deepsea-dtc")}
+                            "deepsea-dtc", "deepsea-dreamer")}
     cartpole = presets["cartpole"]  # PureJaxRL's settings
     assert (cartpole.env.num_envs, cartpole.env.num_steps, cartpole.env.total_timesteps) == (4, 128, 500_000)
     assert (cartpole.ppo.num_minibatches, cartpole.ppo.update_epochs, cartpole.ppo.lr, cartpole.ppo.ent_coef) == \
@@ -76,6 +76,7 @@ def test_presets_load_and_validate():
         assert set(named) == set(cfg.ENV_DEFAULTS["hackmatrix"]), frozen
         assert all(v is not None and v != "auto" for v in named.values()), (frozen, named)
     assert presets["deepsea-dtc"].extra_stages == cfg.DTC_STAGES
+    assert presets["deepsea-dreamer"].extra_stages == cfg.DREAMER_STAGES
 
 
 def test_hackmatrix_defaults_are_the_shipped_config_s_learning_settings():

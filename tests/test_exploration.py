@@ -119,6 +119,27 @@ def test_deepsea_experiment_refuses_a_bad_setting_before_training_and_plots_only
     assert not (tmp_path / "r.png").exists()
 
 
+def test_deepsea_dreamer_config_file_trains_what_the_experiment_measured():
+    """configs/deepsea-dreamer.yaml is the dreamer row it cites (specs/dreamer.md): the same env, sizes, world model,
+    replay and dreamer settings as deepsea.py with that row's flags, less the experiment's probe stages."""
+    from hephaestus.config_files import load_config_file
+
+    deepsea = deepsea_experiment()
+    shipped = resolve(load_config_file(os.path.join(ROOT, "configs", "deepsea-dreamer.yaml")))[0]
+    _, args = deepsea.parse_args(["--sizes", "10", "--agents", "dreamer", "--reward-fraction", "0.25",
+                                  "--replay-capacity", "16384", "--dreamer-entropy", "0.1",
+                                  "--dreamer-advantage-norm", "range", "--out", "row.json"])
+    assert args.out == "row"  # --out x.json writes x.json, not x.json.json
+    measured = deepsea.make_config(10, "dreamer", args.ent_coef, args)
+    assert shipped.agent == measured.agent == "dreamer"
+    assert shipped.stages.dtc == measured.stages.dtc and shipped.stages.dreamer == measured.stages.dreamer
+    assert (shipped.stages.dtc.reward_power, shipped.stages.dreamer.advantage_norm) == (2.0, "range")
+    assert shipped.env == measured.env and shipped.network == measured.network
+    assert (shipped.ppo.lr, shipped.ppo.anneal_lr) == (measured.ppo.lr, measured.ppo.anneal_lr) == (1e-3, False)
+    assert shipped.num_updates == measured.num_updates
+    assert [s for s in measured.extra_stages if not s.endswith("_probe")] == list(shipped.extra_stages)
+
+
 def test_training_seeds_get_different_maps():
     from hephaestus.ppo import make_train
 

@@ -280,9 +280,11 @@ def plot(results, ppo_ent, path) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_solved, ax) = plt.subplots(1, 2, figsize=(11, 4.2))
     sizes = sorted({r["size"] for r in results})
     budget = max(r["episodes"] for r in results)
+    if len(sizes) == 1:  # variants at one size: every seed a point, not a median over a line of one
+        return plot_seeds(plt, results, sizes[0], budget, path)
+    fig, (ax_solved, ax) = plt.subplots(1, 2, figsize=(11, 4.2))
     for name in dict.fromkeys(r.get("label", r["agent"]) for r in results):  # in order of appearance
         rs = sorted((r for r in results if r.get("label", r["agent"]) == name), key=lambda r: r["size"])
         xs, meds, los, his, solved = [], [], [], [], []
@@ -313,6 +315,40 @@ def plot(results, ppo_ent, path) -> str:
     ax_solved.set_title(f"solved within {budget:,} episodes (bsuite: {rule})", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_seeds(plt, results, size, budget, path) -> str:
+    """One size: a row per agent variant, each seed's episodes to solve (filled) and to its first treasure (hollow);
+    seeds that did not solve are drawn at the budget as crosses."""
+    labels = list(dict.fromkeys(r.get("label", r["agent"]) for r in results))
+    import textwrap
+
+    fig, ax = plt.subplots(figsize=(10, 1.6 + 0.5 * len(labels)))
+    for y, name in enumerate(labels):
+        seeds = [s for r in results if r.get("label", r["agent"]) == name for s in r["seeds"]]
+        jitter = np.linspace(-0.15, 0.15, len(seeds)) if len(seeds) > 1 else np.zeros(1)
+        solved = [(s["solved_episode"], y + j) for s, j in zip(seeds, jitter) if s["solved_episode"] is not None]
+        missed = [y + j for s, j in zip(seeds, jitter) if s["solved_episode"] is None]
+        firsts = [(s["first_treasure"], y + j) for s, j in zip(seeds, jitter) if s.get("first_treasure") is not None]
+        if firsts:
+            ax.scatter(*zip(*firsts), facecolors="none", edgecolors="C0", s=18, label="first treasure" if y == 0 else None)
+        if solved:
+            ax.scatter(*zip(*solved), color="C2", s=22, label="solved" if not ax.collections[1:] else None)
+        if missed:
+            ax.scatter([budget] * len(missed), missed, marker="x", color="C3", s=22)
+        ax.text(budget * 1.15, y, f"{len(solved)}/{len(seeds)}", va="center", fontsize=8)
+    ax.axvline(2.0 ** size + FORGIVENESS, color="k", ls="--", lw=0.8, label="2^N + 100 (scored if solved before)")
+    ax.axvline(budget, color="grey", lw=0.8, label="budget (crosses: not solved)")
+    ax.set_yticks(range(len(labels)), [textwrap.fill(name, 48) for name in labels], fontsize=7)
+    ax.set(xscale="log", xlim=(40, budget * 1.6), ylim=(-0.6, len(labels) - 0.4), xlabel="episodes")
+    ax.invert_yaxis()
+    ax.set_title(f"DeepSea-{size}: each seed's episodes to its first treasure and to solve (bad-episode share < "
+                 f"{BAD_THRESHOLD:g})", fontsize=8)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22 - 0.3 / len(labels)), ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
     return path
 
 
@@ -358,7 +394,10 @@ def merge(paths, out):
     print(f"wrote {out}.md, {plotted} ({len(results)} rows from {len(paths)} files)")
 
 
-def main():
+def parse_args(argv=None):
+    """(parser, args) for `argv` (default: the command line), with `args.variant_defaults`, the defaults that row
+    labels compare against. The probe and the tests build the experiment's settings through this too."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[10, 14, 20, 24, 30])
     p.add_argument("--agents", nargs="+", default=list(AGENTS), choices=AGENTS)
@@ -415,13 +454,20 @@ def main():
     p.add_argument("--out", default="deepsea", help="writes OUT.json, OUT.md (table) and OUT.png")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="runs nothing: the rows of these earlier OUT.json "
                    "files in one OUT.md table and OUT.png plot (PPO: the entropy coefficient the first file chose)")
-    if "--quick" in sys.argv[1:]:  # quick defaults; flags given explicitly still win
+    if "--quick" in argv:  # quick defaults; flags given explicitly still win
         p.set_defaults(sizes=[6, 8], seeds=3, episodes=300, ppo_ent_coefs=[0.01, 0.1], num_envs=8, num_steps=16,
                        ensemble_size=2, wm_dim=16, replay_capacity=64, hidden_dim=32)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     args.variant_defaults = {field: p.get_default(field) for field in
                                  ("frontier_window", "frontier_fraction", *VARIANT_FLAGS.values(),
                                   *DREAMER_VARIANT_FLAGS.values())}
+    if args.out.endswith(".json"):  # --out x.json means x (x.json, x.md, x.png), not x.json.json
+        args.out = args.out[:-len(".json")]
+    return p, args
+
+
+def main():
+    p, args = parse_args()
     if args.merge:
         return merge(args.merge, args.out)
     if min(args.sizes) < 2 or args.seeds < 1 or args.episodes < 1 or args.first_seed < 0:

@@ -31,7 +31,6 @@ import json
 import os
 import sys
 import time
-import types
 
 
 def load_deepsea():
@@ -74,16 +73,15 @@ def main(argv=None) -> int:
     small = dict(hidden_dim=32, wm_dim=16) if args.quick else dict(hidden_dim=64, wm_dim=64)
     if args.quick:
         args.size, args.episodes = 6, 1000
-    settings = types.SimpleNamespace(  # deepsea.py's defaults, the dreamer's rows' settings
-        num_envs=16, num_steps=32, episodes=args.episodes, stochastic=False, lr=1e-3, num_minibatches=4,
-        update_epochs=4, intrinsic_coef=0.05, aleatoric_weight=1.0, novelty_signal="surprise", seq_len=8,
-        replay_ratio=1.0, replay_capacity=args.replay_capacity, frontier_window=0, frontier_fraction=0.5,
-        reward_fraction=args.reward_fraction, reward_power=args.reward_power, wm_batch=16, wm_lr=1e-3,
-        ensemble_size=5, prior_scale=0.0, norm_rate=0.0, rnd_coef=0.05, count_coef=0.05,
-        dreamer_entropy=args.dreamer_entropy, dreamer_advantage_norm=args.advantage_norm, intrinsic_critic=False,
-        **small)
+    # the experiment's own settings: deepsea.py's parser, its defaults but for the flags named here
+    flags = ["--sizes", str(args.size), "--episodes", str(args.episodes), "--reward-fraction", str(args.reward_fraction),
+             "--reward-power", str(args.reward_power), "--replay-capacity", str(args.replay_capacity),
+             "--hidden-dim", str(small["hidden_dim"]), "--wm-dim", str(small["wm_dim"])]
+    flags += ["--dreamer-entropy", str(args.dreamer_entropy)] if args.dreamer_entropy is not None else []
+    flags += ["--dreamer-advantage-norm", args.advantage_norm] if args.advantage_norm else []
+    _, settings = ds.parse_args(flags)
     try:
-        config = ds.make_config(args.size, "dreamer", 0.01, settings)
+        config = ds.make_config(args.size, "dreamer", settings.ent_coef, settings)
     except ConfigError as err:
         sys.exit(f"error: {err}")
     env = ds.make_env(config.env.name)
