@@ -38,6 +38,61 @@ def test_deepsea_each_run_gets_its_own_action_map_shared_by_its_envs_and_kept_ac
         make_env("deepsea:x")
 
 
+def test_deepsea_evaluation_plays_the_map_it_is_given_not_the_envs_default():
+    """An agent learns one run's map; its evaluation must play that map. A scripted player that goes right by a fixed
+    map M finds the treasure in every game when the evaluator is given M as the instance, and in none on the env's
+    default map (which differs from M: the chance that two maps agree on the diagonal's 6 cells is 2^-6)."""
+    from hephaestus.evaluation import make_evaluator
+
+    env = make_env("deepsea:6")
+    states, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), 2))
+    default = np.asarray(env.instance_of(states))
+    m = next(np.asarray(env.instance_of(env.init_instance(jax.random.PRNGKey(k), states))) for k in range(1, 20)
+             if (np.diag(np.asarray(env.instance_of(env.init_instance(jax.random.PRNGKey(k), states))))
+                 != np.diag(default)).any())
+    right_by_m = lambda state, mask, key: jnp.asarray(m)[state.row, state.column]  # noqa: E731
+    run = make_evaluator(env, None, 8, 10, scripted=right_by_m)
+    key, policy = jax.random.PRNGKey(3), np.int32(0)
+    on_m = run(None, key, policy, jnp.asarray(m))
+    on_default = run(None, key, policy)
+    assert float(np.mean(on_m["stats"]["treasure"])) == 1.0
+    assert float(np.mean(on_default["stats"]["treasure"])) == 0.0
+
+
+def test_a_deepsea_runs_exports_and_evaluations_carry_its_map(tmp_path, capsys):
+    """train_purejaxrl.py on DeepSea: the parameter file stores the run's map (each seed's), and watch_agent.py /
+    evaluate.py's loader plays it (a file without one says so and plays the default)."""
+    from hephaestus.export import load_params_npz, save_params_npz
+    from hephaestus.ppo import make_train
+    from hephaestus.watch import load_agent
+    from train_cli import main
+
+    out = tmp_path / "ckpt"
+    assert main("--env", "deepsea:5", "--num-envs", "4", "--num-steps", "10", "--total-timesteps", "80",
+                "--hidden-dim", "8", "--num-layers", "1", "--num-minibatches", "1", "--update-epochs", "1",
+                "--num-seeds", "2", "--seed", "3", "--no-wandb", "--final-eval-episodes", "4",
+                "--checkpoint-dir", str(out), "--run-name", "ds") == 0
+    run_dir = out / "ds"
+    params, meta = load_params_npz(str(run_dir / "final_params.npz"))
+    stored = np.asarray(meta["env_instance"])
+    config = resolve(TrainConfig.from_flat(env="deepsea:5", num_envs=4, num_steps=10, total_timesteps=80,
+                                           hidden_dim=8, num_layers=1, num_minibatches=1, update_epochs=1,
+                                           num_seeds=2, seed=3))[0]
+    trainer = make_train(config, make_env("deepsea:5"))
+    expected = np.asarray(trainer.runner_state.stages["rollout"].env_state.action_mapping)[:, 0]  # [seeds, 5, 5]
+    assert stored.shape == (2, 5, 5) and (stored == expected).all() and (stored[0] != stored[1]).any()
+    for index in (0, 1):
+        _, _, env, _ = load_agent(str(run_dir / "final_params.npz"), seed_index=index)
+        state, _ = env.reset(jax.random.PRNGKey(9))
+        assert (np.asarray(state.action_mapping) == stored[index]).all()
+    older = {k: v for k, v in meta.items() if k != "env_instance"}
+    path = save_params_npz(str(tmp_path / "old.npz"), params, env=older["env"], network=older["network"],
+                           num_seeds=2)
+    capsys.readouterr()
+    load_agent(path)
+    assert "does not store the deepsea:5 instance it trained on" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name", ["deepsea:5", "deepsea-stochastic:5"])
 def test_deepsea_reports_bsuites_bad_episode_and_the_treasure_per_step(name):
     """Lane 0 always takes its cell's "right" action (the treasure path), lane 1 takes "left" at the first step

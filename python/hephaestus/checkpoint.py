@@ -499,7 +499,8 @@ class Checkpointer:
                                                          META: ocp.args.JsonSave(meta)}), force=True)
         self.saved_step = step
         if self.export_params:  # a host copy now: the next chunk may donate the device buffers
-            self._unexported = (step, jax.device_get(runner_state.train_state.params))
+            self._unexported = (step, jax.device_get(runner_state.train_state.params),
+                                self.trainer.eval_instance(runner_state))
         return os.path.join(self.run_dir, str(step))
 
     def saving(self) -> bool:
@@ -517,24 +518,25 @@ class Checkpointer:
             raise
         if self._unexported is None:
             return None
-        step, params = self._unexported
+        step, params, instance = self._unexported
         self._unexported = None
-        self._write_npz(os.path.join(self.run_dir, f"params_{step}.npz"), params, step)
+        self._write_npz(os.path.join(self.run_dir, f"params_{step}.npz"), params, step, instance)
         self._prune_exports(step)
         return step
 
     def export(self, path: str, runner_state, step: int | None = None) -> str:
         if step is None:
             step = int(jax.device_get(runner_state.update_step))
-        return self._write_npz(path, jax.device_get(runner_state.train_state.params), step)
+        return self._write_npz(path, jax.device_get(runner_state.train_state.params), step,
+                               self.trainer.eval_instance(runner_state))
 
-    def _write_npz(self, path: str, params, step: int) -> str:
+    def _write_npz(self, path: str, params, step: int, instance=None) -> str:
         from hephaestus.export import save_params_npz
 
         config = self.trainer.config
         return save_params_npz(path, params, env=config.env.name, network=self.network, update=step,
                                env_steps=step * config.batch_size, config=config.to_dict(),
-                               num_seeds=config.run.num_seeds)
+                               num_seeds=config.run.num_seeds, env_instance=instance)
 
     def _prune_exports(self, newest: int) -> None:
         keep = set(self.manager.all_steps()) | {newest}

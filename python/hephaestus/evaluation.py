@@ -47,8 +47,10 @@ def policy_index(policy: str):
 
 
 def make_evaluator(env, network, episodes: int, max_steps: int, scripted=None):
-    """The jitted `(params, key, policy) -> {"return", "length", "finished", "stats": {name: ...}}`, arrays of
-    [episodes]. `policy` (`policy_index(name)`) is data, not part of the program: one compile serves an agent's
+    """The jitted `(params, key, policy, instance=None) -> {"return", "length", "finished", "stats": {name: ...}}`,
+    arrays of [episodes]. `instance`: what the trained run's envs shared (`env.instance_of`, DeepSea: its action
+    map), set on every game's state after the reset; None plays the env's default instance (for DeepSea a map no
+    run trained on). `policy` (`policy_index(name)`) is data, not part of the program: one compile serves an agent's
     greedy, sampled and random episodes (a HackMatrix evaluation program takes seconds to trace and a minute to
     compile cold), and a `lax.switch` runs only the chosen policy's branch. Without a `network` (None) every
     policy is the random one, or the `scripted` one (a function `(env_state, action_mask, key) -> action`, one of
@@ -80,9 +82,11 @@ def make_evaluator(env, network, episodes: int, max_steps: int, scripted=None):
         sampled = lambda _: nets.act(network, params, obs, mask, key)[0]  # noqa: E731
         return jax.lax.switch(policy, [greedy, sampled, random], None)  # in POLICIES order
 
-    def run(params, key, policy):  # keys: game_reset_keys, game_step_keys (GameKeys replays one lane's)
+    def run(params, key, policy, instance=None):  # keys: game_reset_keys, game_step_keys (GameKeys replays one lane's)
         reset_keys, key = game_reset_keys(key, episodes)
         env_state, first = v_reset(reset_keys)
+        if instance is not None:  # the trained run's instance (DeepSea: its action map), not the env's default
+            env_state = env.set_instance(env_state, instance)
         carry = {"env_state": env_state, "obs": first.obs, "mask": first.action_mask, "key": key,
                  "t": jnp.int32(0), "active": jnp.ones((episodes,), bool), "finished": jnp.zeros((episodes,), bool),
                  "return": jnp.zeros((episodes,), jnp.float32), "length": jnp.zeros((episodes,), jnp.int32),
@@ -225,18 +229,18 @@ class Evaluator:
         if network is None and scripted is None and set(self.policies) != {"random"}:
             raise ValueError(f"policies {self.policies} need a network; without one only the random policy plays")
         self.program = make_evaluator(env, network, self.batch, max_steps, scripted_fn)  # one for every policy
-        if num_seeds > 1:
-            self.program = jax.jit(jax.vmap(self.program, in_axes=(0, 0, None)))
+        if num_seeds > 1:  # each agent its own parameters, key and instance
+            self.program = jax.jit(jax.vmap(self.program, in_axes=(0, 0, None, 0)))
         self.store = (ProgramStore.for_evaluation(cache_dir, agent, self.batch, max_steps, num_seeds)
                       if agent is not None else None)
         self.compiled = False
 
-    def _stored_program(self, params, key):
+    def _stored_program(self, params, key, instance):
         """The program through its stored export, read back or exported now (once per Evaluator); the jitted
         program itself where there is no store or exporting fails."""
         if self.store is not None:
-            self.program = self.store.evaluation_program(self.program, params, key, policy_index("greedy")) \
-                or self.program
+            self.program = self.store.evaluation_program(self.program, params, key, policy_index("greedy"),
+                                                         instance) or self.program
             self.store = None
         return self.program
 
@@ -245,20 +249,21 @@ class Evaluator:
         """The metric prefix of each policy, in the order they run."""
         return [PREFIXES[policy] for policy in self.policies]
 
-    def __call__(self, params, key) -> tuple[dict, dict]:
+    def __call__(self, params, key, instance=None) -> tuple[dict, dict]:
         """(metrics, raw per-episode arrays by prefix). Blocks until done. With several seeds `key` holds one key
         per seed, the raw arrays are [seeds, episodes] and the metrics are those of `sinks.combine_seeds` (mean
-        over seeds, `/std`, `/iqm`, `per_seed`)."""
+        over seeds, `/std`, `/iqm`, `per_seed`). `instance`: the trained run's env instance (`env.instance_of`;
+        one per seed with several), or None for the env's default."""
         import jax
 
         from hephaestus.sinks import combine_seeds
 
         seeds = self.num_seeds > 1
-        self._stored_program(params, key)
+        self._stored_program(params, key, instance)
         per_seed, raw = [{} for _ in range(self.num_seeds)], {}
         for i, policy in enumerate(self.policies):
             prefix, index = PREFIXES[policy], policy_index(policy)
-            program = lambda p, k, index=index: self.program(p, k, index)  # noqa: E731
+            program = lambda p, k, index=index: self.program(p, k, index, instance)  # noqa: E731
             out = run_in_batches(program, params, fold_in(key, i, seeds), self.episodes, self.batch, seeds=seeds)
             raw[prefix] = out
             for s, metrics in enumerate(per_seed):
@@ -359,7 +364,8 @@ def final_evaluation(trainer, runner_state, run_dir: str, message=print,
     evaluator = trainer.evaluator(log.final_eval_episodes, log.eval_max_steps, log.eval_sampled,
                                   batch=min(log.eval_episodes, log.final_eval_episodes))
     metrics, raw = evaluator(runner_state.train_state.params,
-                             eval_key(config.run.seed, update, num_seeds, agent_seeds))
+                             eval_key(config.run.seed, update, num_seeds, agent_seeds),
+                             trainer.eval_instance(runner_state))
     info = {"source": "final evaluation of the run", "env": config.env.name, "update": update,
             "env_steps": update * config.batch_size, "episodes": log.final_eval_episodes,
             "max_steps": log.eval_max_steps,

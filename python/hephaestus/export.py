@@ -11,6 +11,9 @@ Layout of the file:
                     seed (seed --seed + i in row i); `select_seed` picks one agent's parameters.
                     A sweep's file (scripts/sweep.py, `<out>/<group>/final_params.npz`) also has `agents`: per
                     row, that agent's sweep point and seed (`agent_label` names it).
+                    Envs with a per-run instance (DeepSea's action map, `AdaptedEnv.instance_of`) also store
+                    `env_instance`: the trained run's, as nested lists (one per row with S > 1), so that
+                    evaluate.py and watch_agent.py play the map the agent learned (`instance_of_meta`).
 
 `load_params_npz` rebuilds the flax params tree and the metadata; `network_from_meta` rebuilds the module.
 """
@@ -62,7 +65,8 @@ def network_meta(spec, config) -> dict:
 
 
 def save_params_npz(path: str, params, *, env: str, network: dict, update: int = 0, env_steps: int = 0,
-                    config: dict | None = None, num_seeds: int = 1, agents: list[dict] | None = None) -> str:
+                    config: dict | None = None, num_seeds: int = 1, agents: list[dict] | None = None,
+                    env_instance=None) -> str:
     """Write atomically (temp file + rename), so a crash never leaves a half-written export. `agents`: one dict
     per row ({"point": {...}, "seed": s}) where the rows differ in more than their seed (a sweep)."""
     from hephaestus import __version__
@@ -73,6 +77,8 @@ def save_params_npz(path: str, params, *, env: str, network: dict, update: int =
             "env_steps": int(env_steps), "num_seeds": int(num_seeds), "config": config or {}}
     if agents is not None:
         meta["agents"] = agents
+    if env_instance is not None:
+        meta["env_instance"] = np.asarray(env_instance).tolist()
     arrays = flatten_params(params)
     arrays[META_KEY] = np.array(json.dumps(meta))
     directory = os.path.dirname(os.path.abspath(path))
@@ -126,6 +132,16 @@ def select_seed(params: dict, meta: dict, index: int | None, path: str = "parame
     if n == 1:
         return params, 0
     return jax.tree.map(lambda x: np.asarray(x)[chosen], params), chosen
+
+
+def instance_of_meta(meta: dict, index: int | None):
+    """The env instance agent row `index` trained on (`env_instance`, e.g. DeepSea's action map) as an int32
+    array, or None where the file holds none (envs without one, or files from before it was stored)."""
+    held = meta.get("env_instance")
+    if held is None:
+        return None
+    held = np.asarray(held, np.int32)
+    return held[index or 0] if num_seeds_of(meta) > 1 else held
 
 
 def agent_label(meta: dict, index: int) -> str:

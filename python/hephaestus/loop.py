@@ -71,14 +71,14 @@ class LoopResult:
     stopped_early: bool = False
 
 
-def evaluate_now(evaluator, runner, seed: int, update: int, message) -> dict:
+def evaluate_now(evaluator, runner, seed: int, update: int, message, instance=None) -> dict:
     """Evaluation episodes with the runner's current parameters (their own program, outside the chunk and its
-    timing); metrics under eval/ and `eval_seconds`."""
+    timing), on the run's env instance (`Trainer.eval_instance`); metrics under eval/ and `eval_seconds`."""
     from hephaestus.evaluation import eval_key
 
     first = not evaluator.compiled
     t0 = time.perf_counter()
-    metrics, _ = evaluator(runner.train_state.params, eval_key(seed, update, evaluator.num_seeds))
+    metrics, _ = evaluator(runner.train_state.params, eval_key(seed, update, evaluator.num_seeds), instance)
     seconds = time.perf_counter() - t0
     if first:
         message(f"eval: first evaluation {seconds:.1f}s (compile included)")
@@ -185,7 +185,8 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
         record["eta_seconds"] = (total_updates - done_updates) * steps_per_update / max(avg_sps, 1e-9)
         record.update(chunk_reduce(metrics) if num_seeds == 1 else seeds_reduce(metrics))
         if evaluating:
-            evaluation = evaluate_now(evaluator, runner, config.run.seed, done_updates, message)
+            evaluation = evaluate_now(evaluator, runner, config.run.seed, done_updates, message,
+                                      trainer.eval_instance(runner))
             if "per_seed" in evaluation:  # a --num-seeds run: the eval/ keys join the chunk's per-seed lists
                 record["per_seed"].update(evaluation.pop("per_seed"))
             record.update(evaluation)

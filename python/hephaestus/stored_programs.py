@@ -332,11 +332,11 @@ class ProgramStore:
         `jitted_fresh`). `live`: the objects the state's tree holds that a file cannot (name -> object)."""
         return self.function_program(self.fresh_path, jitted_fresh, (key, hyper), live)
 
-    def evaluation_program(self, jitted_run, params, key, policy) -> StoredFunction | None:
-        """The evaluation program (evaluation.make_evaluator's, (params, key, policy) -> per-episode arrays) for
-        inputs shaped like these, as `fresh_program`."""
+    def evaluation_program(self, jitted_run, params, key, policy, instance=None) -> StoredFunction | None:
+        """The evaluation program (evaluation.make_evaluator's, (params, key, policy, instance) -> per-episode
+        arrays) for inputs shaped like these, as `fresh_program` (no instance: no leaves, the program of before)."""
         return self.function_program(os.path.join(self.directory, f"eval-{self.name}.bin"), jitted_run,
-                                     (params, key, policy), {})
+                                     (params, key, policy, instance), {})
 
     def function_program(self, path: str, jitted, args: tuple, live: dict) -> StoredFunction | None:
         """`jitted` for `args`' shapes through the export stored at `path`: read back where it fits, else exported

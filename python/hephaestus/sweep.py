@@ -239,7 +239,7 @@ def save_agents(trainer, runner_state, group: Group, seeds: int, agent_seeds: li
     return save_params_npz(path, jax.device_get(runner_state.train_state.params), env=config.env.name,
                            network=network_meta(trainer.env.spec, config), update=config.num_updates,
                            env_steps=config.num_updates * config.batch_size, config=config.to_dict(),
-                           num_seeds=len(agents), agents=agents)
+                           num_seeds=len(agents), agents=agents, env_instance=trainer.eval_instance(runner_state))
 
 
 def summarise(results: list[dict], names: list[str], out_dir: str) -> tuple[str, str, str]:

@@ -78,6 +78,15 @@ class Trainer:
                          agent={"env": self.eval_env.spec.name, "network": network_meta(self.env.spec, self.config)}
                          if stored else None)
 
+    def eval_instance(self, runner_state: RunnerState):
+        """What the run's envs share and an evaluation must play (`env.instance_of`: DeepSea's action map), read
+        from `runner_state`'s rollout, one per --num-seeds agent ([S, ...]); None for envs without an instance."""
+        if self.eval_env.set_instance is None or self.env.instance_of is None:
+            return None
+        env_state = runner_state.stages["rollout"].env_state
+        of = jax.vmap(self.env.instance_of) if self.config.run.num_seeds > 1 else self.env.instance_of
+        return jax.device_get(of(env_state))
+
     def fresh_state_shapes(self) -> RunnerState:
         """The shapes, dtypes and shardings of the run's fresh runner state, without building it (strongly typed,
         as `init_agents` makes it and a checkpoint restores it)."""

@@ -122,13 +122,14 @@ def load_agent(params_path: str, env_override: str | None = None, seed_index: in
     import jax
     import jax.numpy as jnp
 
-    from hephaestus.export import ExportError, load_params_npz, select_seed
+    from hephaestus.envs.adapters import with_fixed_instance
+    from hephaestus.export import ExportError, instance_of_meta, load_params_npz, select_seed
     from hephaestus.networks import NetworkSpec
 
     try:
         params, meta = load_params_npz(params_path)
         # A --num-seeds file holds every seed's agent: take one (--seed-index, default 0).
-        params, _ = select_seed(params, meta, seed_index, params_path)
+        params, chosen = select_seed(params, meta, seed_index, params_path)
     except ExportError as err:
         raise WatchError(str(err)) from None
     try:
@@ -142,6 +143,13 @@ def load_agent(params_path: str, env_override: str | None = None, seed_index: in
     if not env_name:
         raise WatchError(f"{params_path}: the file names no environment; pass --env")
     env = load_env(env_name, **(env_params or {}))
+    if env.set_instance is not None:  # an env with a per-run instance (DeepSea's map): the one the agent trained on
+        instance = instance_of_meta(meta, chosen)
+        if instance is None:
+            print(f"note: {params_path} does not store the {env_name} instance it trained on (saved before it was "
+                  "stored); playing the env's default one", file=sys.stderr)
+        else:
+            env = with_fixed_instance(env, instance)
     spec = env.spec
     if (spec.obs_dim, spec.action_dim, spec.discrete) != (net.obs_dim, net.action_dim, net.discrete):
         raise WatchError(

@@ -100,6 +100,11 @@ class AdaptedEnv:
     # Optional: called once per run on the freshly reset, batched env states with a key drawn from the run's
     # key; sets what every env of one run shares and keeps (DeepSea: the action map). None: nothing shared.
     init_instance: Callable[[jax.Array, Any], Any] | None = None
+    # With init_instance: what one run's batched env states share (`instance_of(states)`, DeepSea: its map [N, N]),
+    # and those states with a given instance set (`set_instance(states, instance)`), so that an evaluation plays the
+    # run's instance, not a fresh one (evaluation.make_evaluator's `instance`; exports store it).
+    instance_of: Callable[[Any], Any] | None = None
+    set_instance: Callable[[Any, Any], Any] | None = None
     # Optional scripted baselines by name, `(state, action_mask, key) -> action` on one env's state (this adapter's
     # state): from the env's `scripted_policies` attribute (HackMatrix: envs/hackmatrix/scripted.py). The
     # evaluation program plays them with `evaluate.py --scripted NAME`.
@@ -345,6 +350,22 @@ def adapt_jumanji(env, name: str) -> AdaptedEnv:
                       step_no_reset=step_no_reset, raw_env=env, presentation=presentation_of(env, spec))
 
 
+def with_fixed_instance(env: AdaptedEnv, instance) -> AdaptedEnv:
+    """`env` whose every reset plays `instance` (what `env.instance_of` read from a trained run, e.g. DeepSea's
+    action map) instead of the env's default: how evaluate.py and watch_agent.py replay a stored agent's instance.
+    Each step keeps the state's instance across its auto-reset already."""
+    if env.set_instance is None:
+        return env
+    instance = jnp.asarray(instance)
+    raw_reset = env.reset
+
+    def reset(key):
+        state, first = raw_reset(key)
+        return env.set_instance(state, instance), first
+
+    return dataclasses.replace(env, reset=reset)
+
+
 def adapt_deepsea(size: int, stochastic: bool = False, name: str | None = None) -> AdaptedEnv:
     """bsuite's DeepSea (gymnax 1.x) with one random action map per run, as bsuite's `mapping_seed` gives each
     environment instance its own. gymnax draws its map once from a fixed key (so `randomize_actions=True` alone
@@ -386,8 +407,15 @@ def adapt_deepsea(size: int, stochastic: bool = False, name: str | None = None) 
         new_state, out = base.step_no_reset(key, state, action)
         return new_state, with_stats(out, state, action)
 
-    def init_instance(key, states):
-        mapping = jax.random.bernoulli(key, 0.5, (size, size)).astype(jnp.int32)
-        return states.replace(action_mapping=jnp.broadcast_to(mapping, states.action_mapping.shape))
+    def set_instance(states, mapping):
+        return states.replace(action_mapping=jnp.broadcast_to(jnp.asarray(mapping, jnp.int32),
+                                                              states.action_mapping.shape))
 
-    return dataclasses.replace(base, spec=spec, step=step, step_no_reset=step_no_reset, init_instance=init_instance)
+    def init_instance(key, states):
+        return set_instance(states, jax.random.bernoulli(key, 0.5, (size, size)).astype(jnp.int32))
+
+    def instance_of(states):  # every env of a run holds the same map: the first env's
+        return states.action_mapping.reshape((-1, size, size))[0]
+
+    return dataclasses.replace(base, spec=spec, step=step, step_no_reset=step_no_reset, init_instance=init_instance,
+                               instance_of=instance_of, set_instance=set_instance)
