@@ -182,7 +182,7 @@ def test_deepsea_dreamer_config_file_trains_what_the_experiment_measured():
     deepsea = deepsea_experiment()
     shipped = resolve(load_config_file(os.path.join(ROOT, "configs", "deepsea-dreamer.yaml")))[0]
     _, args = deepsea.parse_args(["--sizes", "10", "--agents", "dreamer", "--reward-fraction", "0.25",
-                                  "--replay-capacity", "16384", "--dreamer-entropy", "0.1",
+                                  "--replay-capacity", "16384", "--replay-ratio", "4", "--dreamer-entropy", "0.1",
                                   "--dreamer-advantage-norm", "range", "--out", "row.json"])
     assert args.out == "row"  # --out x.json writes x.json, not x.json.json
     measured = deepsea.make_config(10, "dreamer", args.ent_coef, args)

@@ -195,7 +195,7 @@ VARIANT_FLAGS = {"bonus": "intrinsic_coef", "replay ratio": "replay_ratio", "wm 
 # The dreamers' settings a row's label names likewise (they have no bonus of their own on real transitions).
 DREAMER_VARIANT_FLAGS = {"reward-rich replay": "reward_fraction", "reward power": "reward_power",
                          "entropy": "dreamer_entropy", "advantages": "dreamer_advantage_norm",
-                         "replay": "replay_capacity"}
+                         "replay": "replay_capacity", "replay ratio": "replay_ratio"}
 BONUS_AGENTS = ("count", "rnd", "dtc", "disagreement")  # the agents --intrinsic-critic applies to
 
 
@@ -321,12 +321,12 @@ def plot(results, ppo_ent, path) -> str:
 def plot_seeds(plt, results, size, budget, path) -> str:
     """One size: a row per agent variant, each seed's episodes to solve (filled) and to its first treasure (hollow);
     seeds that did not solve are drawn at the budget as crosses."""
-    labels = list(dict.fromkeys(r.get("label", r["agent"]) for r in results))
+    labels = [r.get("label", r["agent"]) for r in results]  # a row each: rows of one label are separate runs
     import textwrap
 
     fig, ax = plt.subplots(figsize=(10, 1.6 + 0.5 * len(labels)))
-    for y, name in enumerate(labels):
-        seeds = [s for r in results if r.get("label", r["agent"]) == name for s in r["seeds"]]
+    for y, (name, r) in enumerate(zip(labels, results)):
+        seeds = r["seeds"]
         jitter = np.linspace(-0.15, 0.15, len(seeds)) if len(seeds) > 1 else np.zeros(1)
         solved = [(s["solved_episode"], y + j) for s, j in zip(seeds, jitter) if s["solved_episode"] is not None]
         missed = [y + j for s, j in zip(seeds, jitter) if s["solved_episode"] is None]
