@@ -325,7 +325,7 @@ def plot_seeds(plt, results, size, budget, path) -> str:
     import textwrap
 
     fig, ax = plt.subplots(figsize=(10, 1.6 + 0.5 * len(labels)))
-    for y, (name, r) in enumerate(zip(labels, results)):
+    for y, r in enumerate(results):
         seeds = r["seeds"]
         jitter = np.linspace(-0.15, 0.15, len(seeds)) if len(seeds) > 1 else np.zeros(1)
         solved = [(s["solved_episode"], y + j) for s, j in zip(seeds, jitter) if s["solved_episode"] is not None]
