@@ -188,6 +188,9 @@ def test_deepsea_dreamer_config_file_trains_what_the_experiment_measured():
     measured = deepsea.make_config(10, "dreamer", args.ent_coef, args)
     assert shipped.agent == measured.agent == "dreamer"
     assert shipped.stages.dtc == measured.stages.dtc and shipped.stages.dreamer == measured.stages.dreamer
+    # one world-model member, the plain dreamer's own: its dreams read member 0, so more would be paid for unread
+    assert measured.stages.dtc.ensemble_size == 1
+    assert deepsea.make_config(10, "dreamer-dtc", args.ent_coef, args).stages.dtc.ensemble_size == 5
     assert (shipped.stages.dtc.reward_power, shipped.stages.dreamer.advantage_norm) == (2.0, "range")
     assert shipped.env == measured.env and shipped.network == measured.network
     assert (shipped.ppo.lr, shipped.ppo.anneal_lr) == (measured.ppo.lr, measured.ppo.anneal_lr) == (1e-3, False)

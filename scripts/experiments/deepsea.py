@@ -116,7 +116,8 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          dtc_frontier_fraction=args.frontier_fraction, dtc_reward_fraction=args.reward_fraction,
                          dtc_reward_power=args.reward_power,
                          dtc_wm_batch=args.wm_batch,
-                         dtc_wm_lr=args.wm_lr, dtc_ensemble_size=args.ensemble_size,
+                         dtc_wm_lr=args.wm_lr,
+                         dtc_ensemble_size=None if agent == "dreamer" else args.ensemble_size,  # None: the agent's 1
                          dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, dtc_prior_scale=args.prior_scale,
                          dtc_norm_rate=args.norm_rate,
                          rnd_coef=args.rnd_coef,
@@ -440,7 +441,9 @@ def parse_args(argv=None):
                         "the returns' 5th-95th percentile range), DreamerV3's); default: the dreamer's own")
     p.add_argument("--wm-batch", type=int, default=16, help="DTC world model: sequences per gradient step")
     p.add_argument("--wm-lr", type=float, default=1e-3, help="DTC world model: learning rate")
-    p.add_argument("--ensemble-size", type=int, default=5)
+    p.add_argument("--ensemble-size", type=int, default=5,
+                   help="world-model members of the ensemble agents (dtc, disagreement, dreamer-dtc); the plain "
+                        "dreamer trains one, the member its dreams read")
     p.add_argument("--prior-scale", type=float, default=0.0, help="DTC world model: randomized prior scale (0: none)")
     p.add_argument("--norm-rate", type=float, default=0.0,
                    help="DTC novelty normaliser: EMA rate of its second moment per update (0: the mean over the run)")

@@ -65,7 +65,7 @@ def replay_add(replay: Replay, seqs: dict) -> Replay:
     return Replay(data=data, ptr=(replay.ptr + s) % cap, count=jnp.minimum(replay.count + s, cap))
 
 
-def reward_priority(replay: Replay, power: float = 1.0) -> jax.Array:
+def reward_priority(replay: Replay, power: float) -> jax.Array:
     """Each slot's largest |reward| over its sequence to `power`, float32[capacity] (0 for slots not yet written)."""
     return jnp.max(jnp.abs(replay.data["reward"].astype(jnp.float32)), axis=1) ** power
 
