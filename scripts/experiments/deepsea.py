@@ -196,7 +196,7 @@ VARIANT_FLAGS = {"bonus": "intrinsic_coef", "replay ratio": "replay_ratio", "wm 
 # The dreamers' settings a row's label names likewise (they have no bonus of their own on real transitions).
 DREAMER_VARIANT_FLAGS = {"reward-rich replay": "reward_fraction", "reward power": "reward_power",
                          "entropy": "dreamer_entropy", "advantages": "dreamer_advantage_norm",
-                         "replay": "replay_capacity", "replay ratio": "replay_ratio"}
+                         "replay": "replay_capacity", "replay ratio": "replay_ratio", "sequences of": "seq_len"}
 BONUS_AGENTS = ("count", "rnd", "dtc", "disagreement")  # the agents --intrinsic-critic applies to
 
 
