@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hephaestus.config import AGENTS as AGENT_SETTINGS
 from hephaestus.config import TrainConfig, agent_config, resolve
 from hephaestus.envs.registry import make_env
 from hephaestus.ppo import make_train
@@ -117,7 +118,9 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          dtc_reward_power=args.reward_power,
                          dtc_wm_batch=args.wm_batch,
                          dtc_wm_lr=args.wm_lr,
-                         dtc_ensemble_size=None if agent == "dreamer" else args.ensemble_size,  # None: the agent's 1
+                         # an agent that sets its own member count (config.AGENTS: the plain dreamer's 1) keeps it
+                         dtc_ensemble_size=None if "dtc_ensemble_size" in AGENT_SETTINGS[agent][1]
+                         else args.ensemble_size,
                          dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, dtc_prior_scale=args.prior_scale,
                          dtc_norm_rate=args.norm_rate,
                          rnd_coef=args.rnd_coef,

@@ -50,7 +50,8 @@ def main(argv=None) -> int:
     p.add_argument("--reward-fraction", type=float, default=0.0)
     p.add_argument("--reward-power", type=float, default=2.0)
     p.add_argument("--replay-capacity", type=int, default=1024)
-    p.add_argument("--replay-ratio", type=float, default=1.0, help="world-model and actor-critic replay per env step")
+    p.add_argument("--replay-ratio", type=float, default=None, help="world-model and actor-critic replay per env "
+                   "step (default: the experiment's)")
     p.add_argument("--dreamer-entropy", type=float, default=None, help="default: the dreamer's own")
     p.add_argument("--advantage-norm", choices=("batch", "range"), default=None, help="default: the dreamer's own")
     p.add_argument("--quick", action="store_true", help="N = 6, 1,000 episodes, small models")
@@ -77,10 +78,10 @@ def main(argv=None) -> int:
     # the experiment's own settings: deepsea.py's parser, its defaults but for the flags named here
     flags = ["--sizes", str(args.size), "--episodes", str(args.episodes), "--reward-fraction", str(args.reward_fraction),
              "--reward-power", str(args.reward_power), "--replay-capacity", str(args.replay_capacity),
-             "--replay-ratio", str(args.replay_ratio),
              "--hidden-dim", str(small["hidden_dim"]), "--wm-dim", str(small["wm_dim"])]
     flags += ["--dreamer-entropy", str(args.dreamer_entropy)] if args.dreamer_entropy is not None else []
     flags += ["--dreamer-advantage-norm", args.advantage_norm] if args.advantage_norm else []
+    flags += ["--replay-ratio", str(args.replay_ratio)] if args.replay_ratio is not None else []
     _, settings = ds.parse_args(flags)
     try:
         config = ds.make_config(args.size, "dreamer", settings.ent_coef, settings)
