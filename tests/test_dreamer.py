@@ -281,3 +281,29 @@ def test_boredom_picks_the_dream_length_among_compiled_ones():
     assert not np.allclose(jax.tree.leaves(ts_fresh.params)[0], jax.tree.leaves(ts_fixed.params)[0])
     with pytest.raises(ConfigError, match="--dreamer-horizons are chosen by boredom"):
         resolve(TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer", dreamer_horizons=(8, 16)))
+
+
+@pytest.mark.heavy
+def test_dreamer_hackmatrix_probe_quick_reads_every_replayed_transition(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "experiments",
+                          "dreamer_hackmatrix_probe.py")
+    proc = subprocess.run([sys.executable, script, "--quick", "--out", str(tmp_path / "p"), "--",
+                           "--dtc-logvar-init", "-2"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert data["world_model"]["logvar_init"] == -2.0  # flags after -- reach the trained config
+    # 2 updates of 8 envs x 16 steps, cut into sequences of 16: 16 sequences, 256 transitions, each scored once
+    assert data["updates"] == 2 and data["replay"]["sequences"] == 16
+    heads = data["reward_head"]
+    assert sum(heads[k]["n"] for k in ("positive", "negative", "near zero") if k in heads) == 256
+    mask = data["mask_head"]
+    assert 0 < mask["allowed_share_real"] < 0.5  # HackMatrix allows a few of its 28 actions in any state
+    assert 0 <= mask["right"] <= 1 and 0 <= data["actor_real_vs_decoded"]["argmax_agreement"] <= 1
+    assert set(data["linear_probe_reward_corr"]) == {"obs_and_action", "world_model_features"}
+    bad = subprocess.run([sys.executable, script, "--quick", "--", "--dtc-stoch-groups", "0"], capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    assert bad.returncode != 0 and "stoch" in bad.stderr and "Traceback" not in bad.stderr

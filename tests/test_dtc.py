@@ -71,6 +71,34 @@ def test_stacked_parameters_have_an_ensemble_axis_and_members_differ(ensemble):
             assert float(jnp.max(jnp.abs(means[i] - means[j]))) > 1e-3
 
 
+def test_logvar_init_sets_the_decoders_starting_variance_from_the_config():
+    import dataclasses
+
+    from hephaestus.dtc.agent import sizes_from
+    from hephaestus.envs.adapters import EnvSpec
+
+    config = TrainConfig().replace(dtc_logvar_init=-2.0)
+    assert config.stages.dtc.logvar_init == -2.0 and TrainConfig().stages.dtc.logvar_init == -8.0
+    spec = EnvSpec(name="toy", obs_dim=3, action_dim=2, discrete=True)
+    assert sizes_from(config, spec).logvar_init == -2.0  # the option reaches the model's sizes
+    for init in (-8.0, -2.0):
+        model = rssm.RSSM(dataclasses.replace(SIZES, logvar_init=init))
+        params = rssm.init_ensemble(model, jax.random.PRNGKey(0), 1)
+        h, z = jnp.zeros((1, SIZES.deter)), jnp.zeros((1, SIZES.stoch))
+        _, logvar = model.apply(jax.tree.map(lambda x: x[0], params), h, z, method=rssm.RSSM.decode)
+        assert np.allclose(np.asarray(logvar), init)
+
+
+def test_head_loss_scale_weighs_the_reward_and_continuation_losses(ensemble):
+    model, params = ensemble
+    seq = toy_sequences(jax.random.PRNGKey(1), 4, 2)
+    lead = jax.tree.map(lambda x: x[0], params)
+    loss = lambda scale: rssm.member_loss(model, lead, seq, jax.random.PRNGKey(3), head_scale=scale)
+    (base, stats), (scaled, _) = loss(1.0), loss(5.0)
+    heads = float(stats["wm/reward_loss"] + stats["wm/cont_loss"])
+    assert heads > 0 and float(scaled - base) == pytest.approx(4.0 * heads, rel=1e-4)
+
+
 def test_posterior_reads_the_observation_prior_does_not_and_imagination_needs_no_observation(ensemble):
     model, params = ensemble
     p0 = jax.tree.map(lambda x: x[0], params)
@@ -298,6 +326,10 @@ def test_dtc_config_is_checked():
         resolve(TrainConfig.from_flat(**base, dtc_seq_len=4, dtc_prior_scale=-1.0))
     with pytest.raises(ConfigError, match="norm-rate"):
         resolve(TrainConfig.from_flat(**base, dtc_seq_len=4, dtc_norm_rate=1.5))
+    with pytest.raises(ConfigError, match="head-loss-scale"):
+        resolve(TrainConfig.from_flat(**base, dtc_seq_len=4, dtc_head_loss_scale=-1.0))
+    with pytest.raises(ConfigError, match="logvar-init"):  # outside the decoder's clip it would be clipped
+        resolve(TrainConfig.from_flat(**base, dtc_seq_len=4, dtc_logvar_init=6.0))
     hash(resolve(TrainConfig.from_flat(**base, dtc_seq_len=4))[0])  # still hashable
 
 

@@ -52,7 +52,7 @@ def sizes_from(config, spec) -> rssm.RSSMSizes:
                           classes=config.stages.dtc.stoch_classes, hidden=config.stages.dtc.hidden_dim,
                           unimix=config.stages.dtc.unimix, dtype=config.network.dtype,
                           mask_dim=spec.action_dim if spec.discrete and spec.has_action_mask else 0,
-                          prior_scale=config.stages.dtc.prior_scale)
+                          prior_scale=config.stages.dtc.prior_scale, logvar_init=config.stages.dtc.logvar_init)
 
 
 def make_wm_optimizer(config):
@@ -89,7 +89,7 @@ def make_world_model(config, spec, score: bool = True):
     def member_update(params, opt_state, seq, key):
         grad_fn = jax.value_and_grad(
             lambda p: rssm.member_loss(model, p, seq, key, config.stages.dtc.free_bits, config.stages.dtc.kl_dyn,
-                                       config.stages.dtc.kl_rep), has_aux=True)
+                                       config.stages.dtc.kl_rep, config.stages.dtc.head_loss_scale), has_aux=True)
         (_, stats), grads = grad_fn(params)
         stats["wm/grad_norm"] = optax.tree.norm(grads)
         updates, opt_state = tx.update(grads, opt_state, params)

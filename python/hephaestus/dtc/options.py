@@ -18,6 +18,13 @@ DTC_STAGES = ("world_model", "intrinsic_reward")
 DREAMER_STAGES = ("dreamer",)
 
 
+def rssm_logvar_range() -> tuple[float, float]:
+    """The decoder's log-variance clip (rssm.LOGVAR_MIN, LOGVAR_MAX): a start outside it would be clipped."""
+    from hephaestus.dtc.rssm import LOGVAR_MAX, LOGVAR_MIN
+
+    return LOGVAR_MIN, LOGVAR_MAX
+
+
 @register_options("dtc")
 @dataclass(frozen=True)
 class DTCOptions:
@@ -43,6 +50,13 @@ class DTCOptions:
     """KL balancing: weight pulling the posterior to the prior"""
     wm_lr: float = 1e-3
     """world-model learning rate"""
+    head_loss_scale: float = 1.0
+    """weight of the reward and continuation heads' losses in the world-model loss, whose reconstruction terms
+    sum over every observation dimension"""
+    logvar_init: float = -8.0
+    """the decoder's initial log-variance per observation dimension (learned from there). Low, so an untrained
+    ensemble's disagreement is not hidden under a large aleatoric term; it also weighs the reconstruction's
+    gradient by exp(-logvar) (about 3,000 at -8) against the reward and continuation heads'"""
     wm_grad_clip: float = 100.0
     """per-member global-norm gradient clip"""
     replay_ratio: float = 1.0
@@ -119,6 +133,11 @@ class DTCOptions:
             raise ConfigError(f"--dtc-norm-rate must be in [0, 1], got {self.norm_rate}")
         if self.prior_scale < 0:
             raise ConfigError(f"--dtc-prior-scale must be >= 0, got {self.prior_scale}")
+        if self.head_loss_scale < 0:
+            raise ConfigError(f"--dtc-head-loss-scale must be >= 0, got {self.head_loss_scale}")
+        if not rssm_logvar_range()[0] <= self.logvar_init <= rssm_logvar_range()[1]:
+            lo, hi = rssm_logvar_range()
+            raise ConfigError(f"--dtc-logvar-init must be in [{lo:g}, {hi:g}], got {self.logvar_init}")
         num_steps, num_envs = config.env.num_steps, config.env.num_envs
         if num_steps % self.seq_len:
             raise ConfigError(f"--dtc-seq-len {self.seq_len} must divide --num-steps {num_steps}")

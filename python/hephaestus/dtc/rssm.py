@@ -27,9 +27,6 @@ import jax
 import jax.numpy as jnp
 
 LOGVAR_MIN, LOGVAR_MAX = -10.0, 4.0
-# The decoder's log-variance starts at this (a small predicted variance), so an untrained ensemble's
-# disagreement is not hidden under a large aleatoric term; training then fits the variance to the residuals.
-LOGVAR_OFFSET = -8.0
 
 
 def symlog(x):
@@ -53,6 +50,9 @@ class RSSMSizes:
     dtype: str = "float32"
     mask_dim: int = 0  # actions of the env's action mask (a mask head predicts it from the state); 0: no mask
     prior_scale: float = 0.0  # randomized prior on the next-observation prediction (RandomPrior); 0: none
+    # The decoder's log-variance starts at this (a small predicted variance), so an untrained ensemble's
+    # disagreement is not hidden under a large aleatoric term; training then fits the variance to the residuals.
+    logvar_init: float = -8.0
 
     @property
     def stoch(self) -> int:
@@ -157,7 +157,7 @@ class RSSM(nn.Module):
 
     def decode(self, h, z_flat):
         mean = self.decoder(jnp.concatenate([h, z_flat], -1))
-        logvar = jnp.clip(self.obs_logvar + LOGVAR_OFFSET, LOGVAR_MIN, LOGVAR_MAX)
+        logvar = jnp.clip(self.obs_logvar + self.sizes.logvar_init, LOGVAR_MIN, LOGVAR_MAX)
         return mean, jnp.broadcast_to(logvar, mean.shape)
 
     def predict_next_obs(self, h_next, z_next, obs, action_vec):
@@ -267,10 +267,10 @@ def imagine(model: RSSM, params, h, z, actions, key):
     return out
 
 
-def member_loss(model: RSSM, params, seq, key, free_bits=1.0, kl_dyn=0.5, kl_rep=0.1):
+def member_loss(model: RSSM, params, seq, key, free_bits=1.0, kl_dyn=0.5, kl_rep=0.1, head_scale=1.0):
     """World-model loss of one member on sequences [L, B]: Gaussian NLL of symlog(obs) (learned variance), the
     same NLL of the prior's one-step prediction of symlog(next_obs) where `seq` has it, KL balancing with free
-    bits, symlog-MSE reward and Bernoulli continuation of each transition."""
+    bits, symlog-MSE reward and Bernoulli continuation of each transition (those two weighed by `head_scale`)."""
     key_obs, key_prior = jax.random.split(key)
     first = seq["first"]
     h0 = jnp.zeros((first.shape[1], model.sizes.deter), jnp.float32)
@@ -300,7 +300,7 @@ def member_loss(model: RSSM, params, seq, key, free_bits=1.0, kl_dyn=0.5, kl_rep
     reward_loss = jnp.mean((reward - symlog(seq["reward"])) ** 2)
     cont = 1.0 - seq["terminated"].astype(jnp.float32)
     cont_loss = jnp.mean(optax_sigmoid_bce(cont_logit, cont))
-    total = recon + pred + kl_dyn * dyn + kl_rep * rep + reward_loss + cont_loss
+    total = recon + pred + kl_dyn * dyn + kl_rep * rep + head_scale * (reward_loss + cont_loss)
     stats = {"wm/reward_loss": reward_loss, "wm/cont_loss": cont_loss}
     if model.sizes.mask_dim:  # the mask of o_t from the state that decodes o_t, as the observation itself is
         mask_logits = model.apply(params, out["h"], out["z"], method=RSSM.mask_logits)
