@@ -300,6 +300,7 @@ def test_dreamer_hackmatrix_probe_quick_reads_every_replayed_transition(tmp_path
     assert data["updates"] == 2 and data["replay"]["sequences"] == 16
     heads = data["reward_head"]
     assert sum(heads[k]["n"] for k in ("positive", "negative", "near zero") if k in heads) == 256
+    assert data["reward_head_on_large_rewards"]["n"] <= heads.get("positive", {"n": 0})["n"]  # a subset of them
     mask = data["mask_head"]
     assert 0 < mask["allowed_share_real"] < 0.5  # HackMatrix allows a few of its 28 actions in any state
     assert 0 <= mask["right"] <= 1 and 0 <= data["actor_real_vs_decoded"]["argmax_agreement"] <= 1
