@@ -3,7 +3,10 @@ world model, the stage list of --agent dreamer, its config checks, and exact res
 
 import functools
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -285,10 +288,6 @@ def test_boredom_picks_the_dream_length_among_compiled_ones():
 
 @pytest.mark.heavy
 def test_dreamer_hackmatrix_probe_quick_reads_every_replayed_transition(tmp_path):
-    import os
-    import subprocess
-    import sys
-
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "experiments",
                           "dreamer_hackmatrix_probe.py")
     proc = subprocess.run([sys.executable, script, "--quick", "--out", str(tmp_path / "p"), "--",

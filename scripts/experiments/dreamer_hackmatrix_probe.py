@@ -96,19 +96,19 @@ def main(argv=None) -> int:
 
     # the decoder, and the actor on what it decodes
     decoded = np.asarray(rssm.symexp(model.apply(lead, out["h"], out["z"], method=rssm.RSSM.decode)[0]))
+    binary = binary_features(obs)
     report["decoder"] = {"mse": round(float(np.mean((decoded - obs) ** 2)), 5),
                          "obs_variance": round(float(np.mean(np.var(obs.reshape(-1, obs.shape[-1]), 0))), 5),
                          "binary_features_rounded_right": round(float(np.mean(
-                             (decoded[..., BINARY(obs)] > 0.5) == (obs[..., BINARY(obs)] > 0.5))), 4)}
+                             (decoded[..., binary] > 0.5) == (obs[..., binary] > 0.5))), 4)}
     network, actor = trainer.network, final.train_state.params
     real_mask = np.asarray(seq["action_mask"], bool) if "action_mask" in seq else np.ones(obs.shape[:-1] + (spec.action_dim,), bool)
 
     def probs(o, mask):
-        """The actor's action distribution [..., A] on observations `o` among the allowed actions `mask`."""
-        o, mask = jnp.asarray(o), jnp.asarray(mask)
-        lp = [nets.evaluate(network, actor, o, mask, jnp.full(o.shape[:-1], a, jnp.int32))[0]
-              for a in range(spec.action_dim)]
-        return np.exp(np.asarray(jnp.stack(lp, -1)))
+        """The actor's action distribution [..., A] on observations `o` among the allowed actions `mask`: one forward
+        pass, masked as the policy's categorical_log_prob masks it."""
+        logits = network.apply(actor, jnp.asarray(o))[0]
+        return np.asarray(jax.nn.softmax(nets.masked_logits(logits, jnp.asarray(mask)), -1))
 
     p_real, p_dec = probs(obs, real_mask), probs(decoded, real_mask)
     report["actor_real_vs_decoded"] = {
@@ -174,7 +174,7 @@ def ridge_corr(x, y, alpha=1.0):
     return round(float(np.corrcoef(pred, y[cut:])[0, 1]), 4) if y[cut:].std() > 0 and pred.std() > 0 else None
 
 
-def BINARY(obs):
+def binary_features(obs):
     """The features that are 0/1 everywhere in `obs` (HackMatrix's one-hot and flag features)."""
     import numpy as np
 

@@ -18,13 +18,6 @@ DTC_STAGES = ("world_model", "intrinsic_reward")
 DREAMER_STAGES = ("dreamer",)
 
 
-def rssm_logvar_range() -> tuple[float, float]:
-    """The decoder's log-variance clip (rssm.LOGVAR_MIN, LOGVAR_MAX): a start outside it would be clipped."""
-    from hephaestus.dtc.rssm import LOGVAR_MAX, LOGVAR_MIN
-
-    return LOGVAR_MIN, LOGVAR_MAX
-
-
 @register_options("dtc")
 @dataclass(frozen=True)
 class DTCOptions:
@@ -135,9 +128,10 @@ class DTCOptions:
             raise ConfigError(f"--dtc-prior-scale must be >= 0, got {self.prior_scale}")
         if self.head_loss_scale < 0:
             raise ConfigError(f"--dtc-head-loss-scale must be >= 0, got {self.head_loss_scale}")
-        if not rssm_logvar_range()[0] <= self.logvar_init <= rssm_logvar_range()[1]:
-            lo, hi = rssm_logvar_range()
-            raise ConfigError(f"--dtc-logvar-init must be in [{lo:g}, {hi:g}], got {self.logvar_init}")
+        from hephaestus.dtc.rssm import LOGVAR_MAX, LOGVAR_MIN  # the decoder's clip: a start outside it is clipped
+
+        if not LOGVAR_MIN <= self.logvar_init <= LOGVAR_MAX:
+            raise ConfigError(f"--dtc-logvar-init must be in [{LOGVAR_MIN:g}, {LOGVAR_MAX:g}], got {self.logvar_init}")
         num_steps, num_envs = config.env.num_steps, config.env.num_envs
         if num_steps % self.seq_len:
             raise ConfigError(f"--dtc-seq-len {self.seq_len} must divide --num-steps {num_steps}")
