@@ -99,6 +99,39 @@ def test_head_loss_scale_weighs_the_reward_and_continuation_losses(ensemble):
     assert heads > 0 and float(scaled - base) == pytest.approx(4.0 * heads, rel=1e-4)
 
 
+def test_mse_recon_loss_fits_the_mean_at_unit_weight_and_the_variance_as_the_nll_does():
+    target = jnp.array([[0.0, 1.0, -2.0]])
+    mean = jnp.array([[0.5, 0.0, -1.0]])
+    grads = {}
+    for mode in ("nll", "mse"):
+        for logvar_value in (-8.0, 0.0):
+            logvar = jnp.full((1, 3), logvar_value)
+            loss = lambda m, lv: rssm.gaussian_fit(target, m, lv, mode)[0]
+            grads[mode, logvar_value] = jax.grad(loss, argnums=(0, 1))(mean, logvar)
+            nll = rssm.gaussian_fit(target, mean, logvar, mode)[1]
+            assert float(nll) == pytest.approx(float(rssm.gaussian_fit(target, mean, logvar, "nll")[0]), rel=1e-6)
+    # nll: the mean's gradient is its error weighed by exp(-logvar), ~3,000x larger at -8 than at 0
+    np.testing.assert_allclose(grads["nll", -8.0][0], (mean - target) * np.exp(8.0), rtol=1e-5)
+    # mse: the error itself, whatever the variance; and the variance learns exactly as with the nll
+    for lv in (-8.0, 0.0):
+        np.testing.assert_allclose(grads["mse", lv][0], mean - target, rtol=1e-6)
+        np.testing.assert_allclose(grads["mse", lv][1], grads["nll", lv][1], rtol=1e-6)
+
+
+def test_recon_loss_option_reaches_the_world_model_loss(ensemble):
+    model, params = ensemble
+    seq = toy_sequences(jax.random.PRNGKey(1), 4, 2)
+    seq["next_obs"] = seq["obs"] + 0.1
+    lead = jax.tree.map(lambda x: x[0], params)
+    loss = lambda mode: rssm.member_loss(model, lead, seq, jax.random.PRNGKey(3), recon_loss=mode)
+    (nll_total, nll_stats), (mse_total, mse_stats) = loss("nll"), loss("mse")
+    # same metrics (the NLL's value either way); the "mse" total adds half of both squared errors
+    assert float(mse_stats["wm/recon_nll"]) == pytest.approx(float(nll_stats["wm/recon_nll"]), rel=1e-6)
+    assert float(mse_total - nll_total) > 0.5 * float(nll_stats["wm/recon_mse"]) > 0
+    config = TrainConfig().replace(dtc_recon_loss="mse")
+    assert config.stages.dtc.recon_loss == "mse" and TrainConfig().stages.dtc.recon_loss == "nll"
+
+
 def test_posterior_reads_the_observation_prior_does_not_and_imagination_needs_no_observation(ensemble):
     model, params = ensemble
     p0 = jax.tree.map(lambda x: x[0], params)
@@ -258,6 +291,19 @@ def test_rollout_is_cut_into_env_sequences():
     assert seqs.shape == (t // seq_len * n, seq_len)
     np.testing.assert_array_equal(seqs[1], [1, 4, 7, 10])  # chunk 0, env 1: steps 0..3
     np.testing.assert_array_equal(seqs[n + 2], [14, 17, 20, 23])  # chunk 1, env 2: steps 4..7
+
+
+def test_stored_sequences_are_the_written_slots_time_major_with_episode_starts():
+    done = jnp.array([[0, 1, 0], [0, 0, 0], [1, 0, 0]], bool)  # three sequences of 3 steps
+    replay = rp.replay_add(rp.replay_init(5, {"done": jax.ShapeDtypeStruct((3,), jnp.bool_),
+                                              "x": jax.ShapeDtypeStruct((3,), jnp.int32)}),
+                           {"done": done, "x": jnp.arange(9).reshape(3, 3)})
+    data, seq = rp.stored_sequences(replay)
+    assert data["x"].shape == (3, 3) and seq["x"].shape == (3, 3)  # 2 unwritten slots left out
+    np.testing.assert_array_equal(seq["x"][:, 1], [3, 4, 5])  # [L, B]: sequence 1 down its column
+    # step 0 always starts (a zero state); a step after an episode end starts the next episode
+    np.testing.assert_array_equal(seq["first"], [[1, 1, 1], [0, 0, 1], [1, 0, 0]])
+    assert rp.stored_sequences(replay, limit=2)[0]["x"].shape == (2, 3)
 
 
 def test_ema_competence_and_boredom_match_hand_computed_values():

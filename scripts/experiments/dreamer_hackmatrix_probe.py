@@ -50,6 +50,7 @@ def main(argv=None) -> int:
     from hephaestus.cli import parse
     from hephaestus.config import resolve
     from hephaestus.dtc import dreamer as dr
+    from hephaestus.dtc import replay as rp
     from hephaestus.dtc import rssm
     from hephaestus.dtc.agent import sizes_from
     from hephaestus.ppo import make_train
@@ -85,10 +86,8 @@ def main(argv=None) -> int:
     world = final.stages["dreamer"].world
     model = rssm.RSSM(sizes_from(config, spec))
     lead = dr.member(world.params, 0)
-    count = min(int(world.replay.count), 2048)
-    data = {k: np.asarray(v)[:count] for k, v in jax.device_get(world.replay.data).items()}
-    seq = {k: jnp.swapaxes(jnp.asarray(v), 0, 1) for k, v in data.items()}  # [L, B]
-    seq["first"] = jnp.concatenate([jnp.ones_like(seq["done"][:1]), seq["done"][:-1]], 0)
+    data, seq = rp.stored_sequences(world.replay, limit=2048)  # [B, L] numpy, [L, B] with first flags
+    count = len(data["obs"])
     report["replay"] = {"sequences": count, "keys": sorted(data)}
     out, _ = rssm.observe(model, lead, seq["obs"], seq["action"], seq["first"], jnp.zeros((count, model.sizes.deter)),
                           jax.random.PRNGKey(0))

@@ -89,19 +89,17 @@ def make_world_model(config, spec, score: bool = True):
     def member_update(params, opt_state, seq, key):
         grad_fn = jax.value_and_grad(
             lambda p: rssm.member_loss(model, p, seq, key, config.stages.dtc.free_bits, config.stages.dtc.kl_dyn,
-                                       config.stages.dtc.kl_rep, config.stages.dtc.head_loss_scale), has_aux=True)
+                                       config.stages.dtc.kl_rep, config.stages.dtc.head_loss_scale,
+                                       config.stages.dtc.recon_loss), has_aux=True)
         (_, stats), grads = grad_fn(params)
         stats["wm/grad_norm"] = optax.tree.norm(grads)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, stats
 
     def sample(key, replay, batch_size=config.stages.dtc.wm_batch):
-        seq = rp.replay_sample(key, replay, batch_size, config.stages.dtc.frontier_fraction,
-                               config.stages.dtc.frontier_window, config.stages.dtc.reward_fraction,
-                               config.stages.dtc.reward_power)
-        # every replayed sequence starts from a zero state; episode starts inside it reset the state
-        seq["first"] = jnp.concatenate([jnp.ones_like(seq["done"][:1]), seq["done"][:-1]], 0)
-        return seq
+        return rp.with_first_flags(rp.replay_sample(key, replay, batch_size, config.stages.dtc.frontier_fraction,
+                                                    config.stages.dtc.frontier_window, config.stages.dtc.reward_fraction,
+                                                    config.stages.dtc.reward_power))
 
     def train(key, state: WorldModelState, batch):
         done = jnp.logical_or(batch["terminated"], batch["truncated"])

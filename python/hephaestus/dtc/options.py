@@ -50,6 +50,11 @@ class DTCOptions:
     """the decoder's initial log-variance per observation dimension (learned from there). Low, so an untrained
     ensemble's disagreement is not hidden under a large aleatoric term; it also weighs the reconstruction's
     gradient by exp(-logvar) (about 3,000 at -8) against the reward and continuation heads'"""
+    recon_loss: Literal["nll", "mse"] = "nll"
+    """how the decoder's mean is fitted. nll: the Gaussian NLL with the learned variance, so each observation
+    dimension's error is weighed by exp(-logvar), thousands for dimensions the model already fits well; mse:
+    DreamerV3's unit-variance squared error for the mean, and the variance fitted by the NLL to the stopped mean's
+    residuals (novelty still reads it), so the reconstruction no longer drowns the reward and continuation heads"""
     wm_grad_clip: float = 100.0
     """per-member global-norm gradient clip"""
     replay_ratio: float = 1.0

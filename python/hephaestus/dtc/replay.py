@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 
@@ -104,3 +105,17 @@ def replay_sample(key, replay: Replay, batch: int, frontier_fraction: float, win
     """`batch` sequences, time-major: name -> [L, batch, ...]."""
     idx, _ = sample_indices(key, replay, batch, frontier_fraction, window, reward_fraction, reward_power)
     return {k: jnp.swapaxes(jnp.take(v, idx, axis=0), 0, 1) for k, v in replay.data.items()}
+
+
+def with_first_flags(seq: dict) -> dict:
+    """Time-major sequences [L, B, ...] plus `first` [L, B]: a replayed sequence starts from a zero state (its step
+    0 counts as a start) and a step after an episode end starts the next episode."""
+    return {**seq, "first": jnp.concatenate([jnp.ones_like(seq["done"][:1]), seq["done"][:-1]], 0)}
+
+
+def stored_sequences(replay: Replay, limit: int | None = None) -> tuple[dict, dict]:
+    """The first `limit` (default: all) written slots, for reading a trained model outside the chunk (the
+    experiments' probes): (name -> numpy [B, L, ...], the same time-major as jnp [L, B, ...] with `first`)."""
+    count = int(replay.count) if limit is None else min(int(replay.count), limit)
+    data = {k: np.asarray(v)[:count] for k, v in jax.device_get(replay.data).items()}
+    return data, with_first_flags({k: jnp.swapaxes(jnp.asarray(v), 0, 1) for k, v in data.items()})

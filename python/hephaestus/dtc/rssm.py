@@ -267,18 +267,32 @@ def imagine(model: RSSM, params, h, z, actions, key):
     return out
 
 
-def member_loss(model: RSSM, params, seq, key, free_bits=1.0, kl_dyn=0.5, kl_rep=0.1, head_scale=1.0):
-    """World-model loss of one member on sequences [L, B]: Gaussian NLL of symlog(obs) (learned variance), the
-    same NLL of the prior's one-step prediction of symlog(next_obs) where `seq` has it, KL balancing with free
-    bits, symlog-MSE reward and Bernoulli continuation of each transition (those two weighed by `head_scale`)."""
+def gaussian_fit(target, mean, logvar, recon_loss: str = "nll"):
+    """(loss, nll), each the mean over the batch of the sum over dimensions, fitting (mean, logvar) to `target`.
+    "nll": the Gaussian NLL, whose gradient weighs each dimension's error on the mean by exp(-logvar). "mse": half
+    the squared error for the mean (unit variance, DreamerV3's), plus the NLL of the variance against the stopped
+    mean, so the variance is the same estimate and the mean's gradient does not depend on it. `nll` is the NLL's
+    value either way (the metric)."""
+    fit_mean = mean if recon_loss == "nll" else jax.lax.stop_gradient(mean)
+    nll = jnp.mean(jnp.sum(0.5 * (logvar + (target - fit_mean) ** 2 * jnp.exp(-logvar) + jnp.log(2 * jnp.pi)), -1))
+    if recon_loss == "nll":
+        return nll, nll
+    return nll + 0.5 * jnp.mean(jnp.sum((target - mean) ** 2, -1)), nll
+
+
+def member_loss(model: RSSM, params, seq, key, free_bits=1.0, kl_dyn=0.5, kl_rep=0.1, head_scale=1.0,
+                recon_loss="nll"):
+    """World-model loss of one member on sequences [L, B]: the fit (`gaussian_fit`, learned variance) of
+    symlog(obs), the same of the prior's one-step prediction of symlog(next_obs) where `seq` has it, KL balancing
+    with free bits, symlog-MSE reward and Bernoulli continuation of each transition (those two weighed by
+    `head_scale`)."""
     key_obs, key_prior = jax.random.split(key)
     first = seq["first"]
     h0 = jnp.zeros((first.shape[1], model.sizes.deter), jnp.float32)
     out, _ = observe(model, params, seq["obs"], seq["action"], first, h0, key_obs)
     mean, logvar = model.apply(params, out["h"], out["z"], method=RSSM.decode)
     target = symlog(seq["obs"])
-    nll = 0.5 * (logvar + (target - mean) ** 2 * jnp.exp(-logvar) + jnp.log(2 * jnp.pi))
-    recon = jnp.mean(jnp.sum(nll, -1))
+    recon, recon_nll = gaussian_fit(target, mean, logvar, recon_loss)
     mse = jnp.mean(jnp.sum((target - mean) ** 2, -1))
     sg = jax.lax.stop_gradient
     dyn = jnp.mean(jnp.maximum(categorical_kl(sg(out["post"]), out["prior"]), free_bits))
@@ -291,11 +305,9 @@ def member_loss(model: RSSM, params, seq, key, free_bits=1.0, kl_dyn=0.5, kl_rep
     if "next_obs" in seq:
         pred_mean, pred_logvar = model.apply(params, out["h_next"], z_next, seq["obs"],
                                              action_vector(seq["action"], model.sizes), method=RSSM.predict_next_obs)
-        pred_nll = 0.5 * (pred_logvar + (symlog(seq["next_obs"]) - pred_mean) ** 2 * jnp.exp(-pred_logvar)
-                          + jnp.log(2 * jnp.pi))
-        pred = jnp.mean(jnp.sum(pred_nll, -1))
+        pred, pred_nll = gaussian_fit(symlog(seq["next_obs"]), pred_mean, pred_logvar, recon_loss)
     else:
-        pred = jnp.float32(0.0)
+        pred = pred_nll = jnp.float32(0.0)
     reward, cont_logit = model.apply(params, out["h_next"], z_next, method=RSSM.heads)
     reward_loss = jnp.mean((reward - symlog(seq["reward"])) ** 2)
     cont = 1.0 - seq["terminated"].astype(jnp.float32)
@@ -306,7 +318,7 @@ def member_loss(model: RSSM, params, seq, key, free_bits=1.0, kl_dyn=0.5, kl_rep
         mask_logits = model.apply(params, out["h"], out["z"], method=RSSM.mask_logits)
         stats["wm/mask_loss"] = jnp.mean(optax_sigmoid_bce(mask_logits, seq["action_mask"].astype(jnp.float32)))
         total = total + stats["wm/mask_loss"]
-    return total, {"wm/loss": total, "wm/recon_nll": recon, "wm/pred_nll": pred, "wm/recon_mse": mse, "wm/kl": kl,
+    return total, {"wm/loss": total, "wm/recon_nll": recon_nll, "wm/pred_nll": pred_nll, "wm/recon_mse": mse, "wm/kl": kl,
                    **stats}
 
 
