@@ -546,3 +546,66 @@ def test_randomized_prior_stays_fixed_differs_per_member_and_its_novelty_falls_w
     assert any(float(np.max(np.abs(np.asarray(b) - np.asarray(a)))) > 0  # the correction that cancels it learns
                for b, a in zip(jax.tree.leaves(fit0), jax.tree.leaves(fit)))
     assert np.all(novelties[0] > 3 * novelties[10]), (novelties[0], novelties[10])
+
+
+def test_progress_competence_pays_the_novelty_being_learned_and_not_the_novelty_left_alone():
+    # learning_progress by hand: the share of each transition's novelty the update removed, and the batch's share
+    raw = jnp.array([1.0, 1.0, 0.5, 0.0], jnp.float32)
+    after = jnp.array([0.25, 1.0, 0.75, 0.0], jnp.float32)  # learned 3/4; untouched; rose (no progress); none at all
+    per, share = intr.learning_progress(raw, after)
+    np.testing.assert_allclose(np.asarray(per), [0.75, 0.0, 0.0, 0.0], atol=1e-6)
+    np.testing.assert_allclose(float(share), 0.75 / 2.5, rtol=1e-6)
+    # in the stage: two transitions of the same novelty, one learned by the update and one not; the learned one pays
+    # (1 + c_t) x the other, and boredom reads the batch's share (global competence would pay both alike)
+    from hephaestus.dtc.agent import intrinsic_reward_stage
+    from hephaestus.stages import StageContext
+
+    def apply(competence, dtc_novelty_after):
+        cfg = TrainConfig.from_flat(env="gymnax:CartPole-v1", extra_stages=DTC_STAGES, dtc_competence=competence,
+                                    dtc_competence_coef=1.0)
+        stage = intrinsic_reward_stage(StageContext(config=cfg, env_spec=None, network=None))
+        batch = {"dtc_novelty": jnp.ones((2, 2), jnp.float32), "reward": jnp.zeros((2, 2)),
+                 "dtc_novelty_after": dtc_novelty_after}
+        if dtc_novelty_after is None:
+            del batch["dtc_novelty_after"]
+        _, out, _, metrics = stage.apply(None, None, batch, intr.intrinsic_init())
+        return np.asarray(out["intrinsic_reward"]), float(metrics["dtc/competence"])
+
+    learned_half = jnp.array([[0.5, 1.0], [0.5, 1.0]], jnp.float32)  # env 0's transitions learned by half, env 1's not
+    bonus, competence = apply("progress", learned_half)
+    np.testing.assert_allclose(bonus[:, 0], 1.5 * bonus[:, 1], rtol=1e-5)
+    np.testing.assert_allclose(competence, 0.25, rtol=1e-5)
+    bonus_global, _ = apply("global", None)
+    np.testing.assert_allclose(bonus_global[:, 0], bonus_global[:, 1])
+
+
+def test_progress_competence_scores_the_rollout_again_after_the_world_models_steps():
+    from hephaestus.dtc.agent import world_model_stage
+    from hephaestus.envs.adapters import EnvSpec
+    from hephaestus.stages import StageContext
+
+    config, *_ = tiny_world_model(dtc_competence="progress")
+    spec = EnvSpec(name="chain", obs_dim=5, discrete=True, action_dim=2)
+    stage = world_model_stage(StageContext(config=config, env_spec=spec, network=None))
+    batch, _ = chain_batch()
+    state = stage.init(jax.random.PRNGKey(0))
+    _, out, new_state, metrics = jax.jit(stage.apply)(jax.random.PRNGKey(1), None, batch, state)
+    before, after = np.asarray(out["dtc_novelty"]), np.asarray(out["dtc_novelty_after"])
+    _, model, *_ = tiny_world_model()
+    # `after` is the trained ensemble's novelty from the same filter state: the update's learning shows in it
+    done = batch["terminated"]
+    first = jnp.concatenate([state.first[None], done[:-1]], 0)
+    dtc = config.stages.dtc
+    expected, _, _ = ensemble_novelty(model, new_state.params, batch["obs"], batch["action"], first, state.h,
+                                      jax.random.PRNGKey(0), dtc.aleatoric_weight, dtc.novelty_signal,
+                                      batch["next_obs"])
+    np.testing.assert_allclose(after, np.asarray(expected), rtol=1e-5, atol=1e-7)
+    assert after.mean() < 0.8 * before.mean(), (before.mean(), after.mean())  # 0.081 against 0.115
+    assert float(metrics["dtc/novelty_after"]) == pytest.approx(after.mean(), rel=1e-5)
+    # the global mode writes no second score; a frozen model has no progress to measure
+    config_global, *_ = tiny_world_model()
+    global_stage = world_model_stage(StageContext(config=config_global, env_spec=spec, network=None))
+    _, out_global, _, _ = jax.jit(global_stage.apply)(jax.random.PRNGKey(1), None, batch, state)
+    assert "dtc_novelty_after" not in out_global
+    with pytest.raises(ConfigError, match="replay-ratio"):
+        tiny_world_model(dtc_competence="progress", dtc_replay_ratio=0.0)

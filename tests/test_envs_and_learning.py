@@ -13,13 +13,16 @@ from hephaestus.ppo import make_train
 
 def test_short_cartpole_run_learns():
     config, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=128, total_timesteps=100_000,
-                                    hidden_dim=64, num_minibatches=4, update_epochs=4, log_interval=49))
+                                    hidden_dim=64, num_minibatches=4, update_epochs=4, log_interval=14))
     result = run(make_train(config), message=lambda _: None)
-    first, last = result.records[0], result.records[-1]
-    assert last["env_steps"] >= 100_000
-    # A random CartPole policy averages ~22; PPO passes 150 well within 1e5 steps.
-    assert last["mean_episode_return"] > 150, [r["mean_episode_return"] for r in result.records]
-    assert last["mean_episode_return"] > first["mean_episode_return"]
+    returns = [r["mean_episode_return"] for r in result.records]  # 14 chunks of 14 updates (7,168 env steps)
+    assert result.records[-1]["env_steps"] >= 100_000
+    # A random CartPole policy averages ~22: the first chunk is near it, and PPO's chunks over the second half of
+    # 1e5 steps average well past 150. (Over the second half, not the last chunk alone: PPO on CartPole dips
+    # between 500 and ~200 from chunk to chunk, and a chunk's mean weighs its short episodes most; one machine
+    # measured [58, 148, 357, ..., 323, 500].)
+    assert returns[0] < 100, returns
+    assert np.mean(returns[len(returns) // 2:]) > 150, returns
 
 
 def test_jumanji_snake_with_action_masks_runs_a_few_updates():

@@ -198,6 +198,33 @@ def test_deepsea_dreamer_config_file_trains_what_the_experiment_measured():
     assert [s for s in measured.extra_stages if not s.endswith("_probe")] == list(shipped.extra_stages)
 
 
+def test_deepsea_dtc_config_file_trains_what_the_experiment_measured():
+    """configs/deepsea-dtc.yaml is the DTC setting specs/dtc.md measures at N = 10 to 30 (deepsea.py with these
+    flags), at size 10 and less the experiment's probe stages."""
+    from hephaestus.config_files import load_config_file
+
+    deepsea = deepsea_experiment()
+    shipped = resolve(load_config_file(os.path.join(ROOT, "configs", "deepsea-dtc.yaml")))[0]
+    _, args = deepsea.parse_args(["--sizes", "10", "--agents", "dtc", "--frontier-window", "64", "--frontier-fraction",
+                                  "1", "--intrinsic-coef", "0.025", "--prior-scale", "1", "--replay-ratio", "4",
+                                  "--wm-lr", "6e-3"])
+    measured = deepsea.make_config(10, "dtc", args.ent_coef, args)
+    assert shipped.agent == measured.agent == "dtc"
+    assert shipped.stages.dtc == measured.stages.dtc
+    assert shipped.env.name == measured.env.name and shipped.network == measured.network
+    assert (shipped.env.num_envs, shipped.env.num_steps) == (measured.env.num_envs, measured.env.num_steps)
+    assert (shipped.ppo.lr, shipped.ppo.anneal_lr, shipped.ppo.ent_coef) == (
+        measured.ppo.lr, measured.ppo.anneal_lr, measured.ppo.ent_coef)
+    assert [s for s in measured.extra_stages if not s.endswith("_probe")] == list(shipped.extra_stages)
+    # the competence ablation's flags reach DTC; the disagreement agent keeps its competence off
+    _, args = deepsea.parse_args(["--sizes", "20", "--agents", "dtc", "disagreement", "--competence", "progress",
+                                  "--competence-coef", "2"])
+    local = deepsea.make_config(20, "dtc", args.ent_coef, args).stages.dtc
+    assert (local.competence, local.competence_coef) == ("progress", 2.0)
+    assert deepsea.make_config(20, "disagreement", args.ent_coef, args).stages.dtc.competence_coef == 0.0
+    assert "competence progress" in deepsea.label("dtc", args)
+
+
 def test_training_seeds_get_different_maps():
     from hephaestus.ppo import make_train
 

@@ -122,9 +122,11 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          dtc_ensemble_size=None if "dtc_ensemble_size" in AGENT_SETTINGS[agent][1]
                          else args.ensemble_size,
                          dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, dtc_prior_scale=args.prior_scale,
-                         dtc_norm_rate=args.norm_rate,
+                         dtc_norm_rate=args.norm_rate, dtc_competence=args.competence,
                          rnd_coef=args.rnd_coef,
                          count_coef=args.count_coef)
+    if args.competence_coef is not None and agent == "dtc":  # else the agent's own (disagreement: 0)
+        config = config.replace(dtc_competence_coef=args.competence_coef)
     if args.dreamer_entropy is not None:  # else the dreamer's own default (DreamerOptions.entropy)
         config = config.replace(dreamer_entropy=args.dreamer_entropy)
     if args.dreamer_advantage_norm is not None:  # else the dreamer's own (DreamerOptions.advantage_norm)
@@ -195,6 +197,7 @@ def changed_flags(args, flags: dict) -> list:
 # DTC settings a row's label names when they differ from the parser's defaults.
 VARIANT_FLAGS = {"bonus": "intrinsic_coef", "replay ratio": "replay_ratio", "wm batch": "wm_batch", "wm lr": "wm_lr",
                  "wm width": "wm_dim", "prior": "prior_scale", "norm rate": "norm_rate",
+                 "competence": "competence", "competence gain": "competence_coef",
                  "reward-rich replay": "reward_fraction", "reward power": "reward_power"}
 # The dreamers' settings a row's label names likewise (they have no bonus of their own on real transitions).
 DREAMER_VARIANT_FLAGS = {"reward-rich replay": "reward_fraction", "reward power": "reward_power",
@@ -450,6 +453,11 @@ def parse_args(argv=None):
     p.add_argument("--prior-scale", type=float, default=0.0, help="DTC world model: randomized prior scale (0: none)")
     p.add_argument("--norm-rate", type=float, default=0.0,
                    help="DTC novelty normaliser: EMA rate of its second moment per update (0: the mean over the run)")
+    p.add_argument("--competence", choices=("global", "progress"), default="global",
+                   help="DTC competence: global (two EMAs of the batch's novelty) or progress (per transition, the "
+                        "share of its novelty the update's world-model steps removed)")
+    p.add_argument("--competence-coef", type=float, default=None,
+                   help="DTC competence's gain on novelty (default: the agent's own, 1 for dtc)")
     p.add_argument("--wm-dim", type=int, default=64, help="RSSM deter and hidden width")
     p.add_argument("--intrinsic-critic", action="store_true", help="the bonus agents (count, rnd, dtc, "
                    "disagreement) with the intrinsic_critic stage: the bonus's own critic and non-episodic returns")

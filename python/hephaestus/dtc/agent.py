@@ -7,8 +7,11 @@
   learning) and writes each transition's raw clean novelty into the batch as `dtc_novelty` [T, N] (float32),
   then writes the rollout (with each transition's true next observation, `next_obs`) into replay and takes
   `dtc_wm_steps` gradient steps (from `dtc_replay_ratio`) on replayed sequences, each member on its own draws.
+  With `--dtc-competence progress` it then scores the rollout again with the trained ensemble, from the same
+  filter state, and writes that as `dtc_novelty_after` (what the update's learning left of each novelty).
 * `intrinsic_reward` owns only float32 running statistics (novelty second moment, C_fast, C_slow,
-  boredom). It reads `dtc_novelty` from the batch, normalises it, updates competence and boredom, and adds
+  boredom). It reads `dtc_novelty` (and `dtc_novelty_after` where present) from the batch, normalises it,
+  updates competence and boredom, and adds
   `dtc_intrinsic_coef * (novelty + competence term)` to `reward` (keeping the extrinsic reward as
   `dtc_extrinsic_reward`).
 
@@ -32,6 +35,7 @@ from hephaestus.stages import ENVS, REPLICATED, Stage, StageContext, add_intrins
 # Batch keys the DTC stages add ([T, N] float32).
 DTC_BATCH_KEYS = {
     "dtc_novelty": "raw clean novelty of the transition under the ensemble (world_model)",
+    "dtc_novelty_after": "the same after this update's world-model steps (world_model, --dtc-competence progress)",
     "dtc_intrinsic_reward": "intrinsic reward added to `reward` (intrinsic_reward)",
     "dtc_extrinsic_reward": "the environment's reward before the intrinsic part was added (intrinsic_reward)",
 }
@@ -101,16 +105,21 @@ def make_world_model(config, spec, score: bool = True):
                                                     config.stages.dtc.frontier_window, config.stages.dtc.reward_fraction,
                                                     config.stages.dtc.reward_power))
 
+    def novelty_under(params, key, state: WorldModelState, batch):
+        """The fresh rollout's clean novelty [T, N] under ensemble `params`, filtered from `state`'s carried filter
+        state and episode starts; with the members' final filter states and the novelty's parts (metrics)."""
+        done = jnp.logical_or(batch["terminated"], batch["truncated"])
+        first = jnp.concatenate([state.first[None], done[:-1]], 0)
+        return ensemble_novelty(model, params, batch["obs"], batch["action"], first, state.h, key,
+                                config.stages.dtc.aleatoric_weight, config.stages.dtc.novelty_signal, batch["next_obs"])
+
     def train(key, state: WorldModelState, batch):
         done = jnp.logical_or(batch["terminated"], batch["truncated"])
         key_train, key_nov = jax.random.split(key)
         # Score before learning (as RND does): each fresh transition's novelty comes from the ensemble as it was
         # before it trained on that transition, so a state's first visit pays more than its tenth.
-        first = jnp.concatenate([state.first[None], done[:-1]], 0)
         if score:
-            novelty, h_last, parts = ensemble_novelty(model, state.params, batch["obs"], batch["action"], first,
-                                                      state.h, key_nov, config.stages.dtc.aleatoric_weight,
-                                                      config.stages.dtc.novelty_signal, batch["next_obs"])
+            novelty, h_last, parts = novelty_under(state.params, key_nov, state, batch)
         else:
             novelty, h_last, parts = jnp.zeros(done.shape, jnp.float32), state.h, {}
         fresh = {"obs": batch["obs"], "next_obs": batch["next_obs"], "action": batch["action"],
@@ -144,6 +153,7 @@ def make_world_model(config, spec, score: bool = True):
         return state, novelty, metrics
 
     train.sample = sample
+    train.novelty_under = novelty_under
     return model, init, train
 
 
@@ -169,10 +179,17 @@ def ensemble_novelty(model, params, obs, action, first, h0, key, aleatoric_weigh
 @register_stage("world_model")
 def world_model_stage(ctx: StageContext) -> Stage:
     _, init, train = make_world_model(ctx.config, ctx.env_spec)
+    progress = ctx.config.stages.dtc.competence == "progress"
 
     def apply(key, train_state, batch, state):
-        state, novelty, metrics = train(key, state, batch)
-        return train_state, {**batch, "dtc_novelty": novelty}, state, metrics
+        if progress:  # a key of its own for the second scoring (the global mode's draws stay as they were)
+            key, key_after = jax.random.split(key)
+        new_state, novelty, metrics = train(key, state, batch)
+        batch = {**batch, "dtc_novelty": novelty}
+        if progress:  # what this update's learning left of each transition's novelty: local competence
+            batch["dtc_novelty_after"] = train.novelty_under(new_state.params, key_after, state, batch)[0]
+            metrics["dtc/novelty_after"] = jnp.mean(batch["dtc_novelty_after"])
+        return train_state, batch, new_state, metrics
 
     # Model, optimizer and replay whole on every device (the replay's capacity may equal num_envs: it is still
     # one buffer); the per-env episode-start flags follow their envs. h [K, N, deter] has its env axis second and
@@ -191,7 +208,7 @@ def intrinsic_reward_stage(ctx: StageContext) -> Stage:
 
     def apply(key, train_state, batch, state: intr.IntrinsicState):
         state, n, competence, bonus = intr.novelty_bonus(state, batch["dtc_novelty"], config.stages.dtc.intrinsic_coef,
-                                                         config.stages.dtc)
+                                                         config.stages.dtc, batch.get("dtc_novelty_after"))
         extrinsic = batch["reward"]
         abs_int, abs_ext = jnp.sum(jnp.abs(bonus)), jnp.sum(jnp.abs(extrinsic))
         metrics = {"dtc/novelty": jnp.mean(n), "dtc/c_fast": state.c_fast, "dtc/c_slow": state.c_slow,

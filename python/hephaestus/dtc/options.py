@@ -94,6 +94,12 @@ class DTCOptions:
     competence_coef: float | None = field(default=None, metadata={
         "default_text": "auto: 0 for --agent disagreement, else 1"})
     """gain of competence on novelty (0 = disagreement alone)"""
+    competence: Literal["global", "progress"] = "global"
+    """global: one competence per update, the relative gap of two EMAs of the batch's mean novelty (a gain on every
+    transition's bonus alike); progress: per transition, the share of its novelty that this update's world-model
+    steps removed (the rollout scored again after them), so novelty the ensemble is learning now pays more and
+    novelty it cannot learn (fitted, or noise) pays plain; boredom then reads the batch's share. Costs one more
+    scoring pass of the rollout per update; needs --dtc-replay-ratio > 0"""
     norm_rate: float = 0.0
     """novelty normaliser: 0 divides by the root of the mean novelty^2 over every transition seen (the divisor
     keeps the early, high novelty and the bonus shrinks as the model learns); > 0 an EMA of it at this rate per
@@ -127,6 +133,9 @@ class DTCOptions:
                          "wm_batch", "seq_len", "replay_capacity", "frontier_window")
         if self.replay_ratio < 0:
             raise ConfigError(f"--dtc-replay-ratio must be >= 0, got {self.replay_ratio}")
+        if self.competence == "progress" and self.replay_ratio == 0:
+            raise ConfigError("--dtc-competence progress measures what the world model's steps learned: it needs "
+                              "--dtc-replay-ratio > 0")
         if not 0.0 <= self.norm_rate <= 1.0:
             raise ConfigError(f"--dtc-norm-rate must be in [0, 1], got {self.norm_rate}")
         if self.prior_scale < 0:
