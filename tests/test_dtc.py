@@ -609,3 +609,6 @@ def test_progress_competence_scores_the_rollout_again_after_the_world_models_ste
     assert "dtc_novelty_after" not in out_global
     with pytest.raises(ConfigError, match="replay-ratio"):
         tiny_world_model(dtc_competence="progress", dtc_replay_ratio=0.0)
+    with pytest.raises(ConfigError, match="scored once"):  # the dreamer has no world_model stage to score twice
+        resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=2, num_steps=8, agent="dreamer-dtc",
+                                      dtc_seq_len=4, dtc_competence="progress"))

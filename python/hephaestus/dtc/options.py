@@ -136,6 +136,9 @@ class DTCOptions:
         if self.competence == "progress" and self.replay_ratio == 0:
             raise ConfigError("--dtc-competence progress measures what the world model's steps learned: it needs "
                               "--dtc-replay-ratio > 0")
+        if self.competence == "progress" and "world_model" not in config.extra_stages:
+            raise ConfigError("--dtc-competence progress scores real transitions twice in the world_model stage "
+                              "(--agent dtc or disagreement); the dreamer's imagined novelty is scored once")
         if not 0.0 <= self.norm_rate <= 1.0:
             raise ConfigError(f"--dtc-norm-rate must be in [0, 1], got {self.norm_rate}")
         if self.prior_scale < 0:
