@@ -584,14 +584,13 @@ def test_progress_competence_scores_the_rollout_again_after_the_world_models_ste
     from hephaestus.envs.adapters import EnvSpec
     from hephaestus.stages import StageContext
 
-    config, *_ = tiny_world_model(dtc_competence="progress")
+    config, model, *_ = tiny_world_model(dtc_competence="progress")
     spec = EnvSpec(name="chain", obs_dim=5, discrete=True, action_dim=2)
     stage = world_model_stage(StageContext(config=config, env_spec=spec, network=None))
     batch, _ = chain_batch()
     state = stage.init(jax.random.PRNGKey(0))
     _, out, new_state, metrics = jax.jit(stage.apply)(jax.random.PRNGKey(1), None, batch, state)
     before, after = np.asarray(out["dtc_novelty"]), np.asarray(out["dtc_novelty_after"])
-    _, model, *_ = tiny_world_model()
     # `after` is the trained ensemble's novelty from the same filter state: the update's learning shows in it
     done = batch["terminated"]
     first = jnp.concatenate([state.first[None], done[:-1]], 0)
