@@ -284,6 +284,10 @@ def test_boredom_picks_the_dream_length_among_compiled_ones():
     assert not np.allclose(jax.tree.leaves(ts_fresh.params)[0], jax.tree.leaves(ts_fixed.params)[0])
     with pytest.raises(ConfigError, match="--dreamer-horizons are chosen by boredom"):
         resolve(TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer", dreamer_horizons=(8, 16)))
+    # vmapped seeds (--num-seeds) each pick a length, and a switch with a batched index runs every branch: said
+    seeds = TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer-dtc", dreamer_horizons=(8, 16, 32, 64))
+    assert "every dream runs all 4 lengths (8+16+32+64 = 120 steps)" in resolve(seeds.replace(num_seeds=3))[1]
+    assert "dreamer-horizons" not in resolve(seeds)[1]
 
 
 @pytest.mark.heavy
@@ -307,3 +311,33 @@ def test_dreamer_hackmatrix_probe_quick_reads_every_replayed_transition(tmp_path
     bad = subprocess.run([sys.executable, script, "--quick", "--", "--dtc-stoch-groups", "0"], capture_output=True,
                          text=True, timeout=300, cwd=tmp_path)
     assert bad.returncode != 0 and "stoch" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_boredom_experiment_reads_dream_lengths_time_and_the_evaluation_from_a_run(tmp_path):
+    """scripts/experiments/dreamer_boredom.py's reading of one run: the dream length averaged by updates, the scan
+    steps dreamt (length x actor-critic steps x updates), the chunks' seconds after the first (the compile's chunk
+    left out), the first chunk at the threshold, and the greedy evaluation from eval.json."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "experiments",
+                        "dreamer_boredom.py")
+    spec = importlib.util.spec_from_file_location("dreamer_boredom", path)
+    boredom = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(boredom)
+    run = tmp_path / "adaptive_s0"
+    run.mkdir()
+    chunks = [(16, 4096, 60.0, 8.0, 100.0), (32, 8192, 70.0, 64.0, 480.0), (48, 12288, 90.0, 16.0, 500.0)]
+    with open(run / "metrics.jsonl", "w") as f:
+        for update, steps, clock, horizon, ret in chunks:
+            f.write(json.dumps({"update": update, "env_steps": steps, "wall_seconds": clock, "mean_episode_return": ret,
+                                "dreamer/horizon": horizon, "dreamer/ac_steps": 8.0, "dtc/boredom": 0.5,
+                                "dtc/competence": 0.01}) + "\n")
+        f.write(json.dumps({"update": 48, "env_steps": 12288, "eval/return_mean": 1.0}) + "\n")  # no dream keys
+    (run / "eval.json").write_text(json.dumps({"metrics": {"eval/return_mean": 432.5}}))
+    r = boredom.read_run(str(run), threshold=475.0)
+    assert r["mean_horizon"] == pytest.approx((8 + 64 + 16) / 3)
+    assert r["imagined_steps"] == pytest.approx(16 * 8 * (8 + 64 + 16))
+    assert r["seconds_after_first_chunk"] == pytest.approx(30.0)
+    assert r["steps_to_threshold"] == 8192 and r["eval_return"] == 432.5
+    results = {"threshold": 475.0, "variants": {"boredom picks the length": {"0": r}}}
+    assert "| boredom picks the length | 0 | 29.3 | 11k | 30 | 8,192 | 360 | 432 |" in boredom.summarise(results)

@@ -221,8 +221,10 @@ def test_deepsea_dtc_config_file_trains_what_the_experiment_measured():
                                   "--competence-coef", "2"])
     local = deepsea.make_config(20, "dtc", args.ent_coef, args).stages.dtc
     assert (local.competence, local.competence_coef) == ("progress", 2.0)
-    assert deepsea.make_config(20, "disagreement", args.ent_coef, args).stages.dtc.competence_coef == 0.0
-    assert "competence progress" in deepsea.label("dtc", args)
+    off = deepsea.make_config(20, "disagreement", args.ent_coef, args).stages.dtc
+    assert (off.competence, off.competence_coef) == ("global", 0.0)  # no second scoring pass it would not use
+    assert "competence progress" in deepsea.label("dtc", args) and "gain 2" in deepsea.label("dtc", args)
+    assert "competence" not in deepsea.label("disagreement", args).replace("competence off", "")
 
 
 def test_training_seeds_get_different_maps():

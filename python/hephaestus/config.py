@@ -641,6 +641,13 @@ def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
         env_tag = config.env.name.replace(":", "-").replace("/", "-")
         seed, n = config.run.seed, config.run.num_seeds
         config = config.replace(run_name=f"{env_tag}_s{seed}" if n == 1 else f"{env_tag}_s{seed}-{seed + n - 1}")
+    if config.run.num_seeds > 1 and len(set(config.stages.dreamer.horizons)) > 1 and learns_by_dreaming(config):
+        # lax.switch under vmap with a per-seed index becomes a select over every branch's result
+        lengths = sorted(set(config.stages.dreamer.horizons))
+        note = "; ".join(filter(None, [note, (
+            f"--dreamer-horizons with --num-seeds {config.run.num_seeds}: the vmapped seeds each choose a length, so "
+            f"every dream runs all {len(lengths)} lengths ({'+'.join(map(str, lengths))} = {sum(lengths)} steps) and "
+            f"keeps its own; results are each seed's, the saving is lost: run one seed per process to save compute")]))
     if env_spec is not None:
         config = resolve_for_env(config, env_spec)
     return config, note

@@ -122,11 +122,14 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          dtc_ensemble_size=None if "dtc_ensemble_size" in AGENT_SETTINGS[agent][1]
                          else args.ensemble_size,
                          dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, dtc_prior_scale=args.prior_scale,
-                         dtc_norm_rate=args.norm_rate, dtc_competence=args.competence,
+                         dtc_norm_rate=args.norm_rate,
                          rnd_coef=args.rnd_coef,
                          count_coef=args.count_coef)
-    if args.competence_coef is not None and agent == "dtc":  # else the agent's own (disagreement: 0)
-        config = config.replace(dtc_competence_coef=args.competence_coef)
+    if agent == "dtc":  # the competence flags are DTC's; disagreement is DTC with competence off (its gain 0, and
+        # no second scoring pass for a progress it would not use)
+        config = config.replace(dtc_competence=args.competence)
+        if args.competence_coef is not None:  # else the agent's own gain, 1
+            config = config.replace(dtc_competence_coef=args.competence_coef)
     if args.dreamer_entropy is not None:  # else the dreamer's own default (DreamerOptions.entropy)
         config = config.replace(dreamer_entropy=args.dreamer_entropy)
     if args.dreamer_advantage_norm is not None:  # else the dreamer's own (DreamerOptions.advantage_norm)
@@ -182,7 +185,8 @@ def label(agent: str, args) -> str:
     defaults = args.variant_defaults  # the parser's (--quick's where given): a row names what differs
     if (args.frontier_window, args.frontier_fraction) != (defaults["frontier_window"], defaults["frontier_fraction"]):
         variant.append(f"replay: {args.frontier_fraction:g} from the last {frontier_window(args)}")
-    variant += changed_flags(args, VARIANT_FLAGS)
+    flags = VARIANT_FLAGS if agent == "dtc" else {k: v for k, v in VARIANT_FLAGS.items() if v not in COMPETENCE_FLAGS}
+    variant += changed_flags(args, flags)
     return f"{'dtc' if agent == 'dtc' else 'dtc, competence off'} ({', '.join(variant)}){noisy}"
 
 
@@ -199,6 +203,7 @@ VARIANT_FLAGS = {"bonus": "intrinsic_coef", "replay ratio": "replay_ratio", "wm 
                  "wm width": "wm_dim", "prior": "prior_scale", "norm rate": "norm_rate",
                  "competence": "competence", "competence gain": "competence_coef",
                  "reward-rich replay": "reward_fraction", "reward power": "reward_power"}
+COMPETENCE_FLAGS = ("competence", "competence_coef")  # DTC's alone: the disagreement agent runs with competence off
 # The dreamers' settings a row's label names likewise (they have no bonus of their own on real transitions).
 DREAMER_VARIANT_FLAGS = {"reward-rich replay": "reward_fraction", "reward power": "reward_power",
                          "entropy": "dreamer_entropy", "advantages": "dreamer_advantage_norm",
