@@ -104,7 +104,7 @@ def plot(results: dict, path: str) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2), dpi=100)
     for colour, (variant, runs) in zip(("C0", "C1"), results["variants"].items()):
-        for i, (seed, r) in enumerate(sorted(runs.items(), key=lambda kv: int(kv[0]))):
+        for i, (_seed, r) in enumerate(sorted(runs.items(), key=lambda kv: int(kv[0]))):
             label = variant if i == 0 else None
             axes[0].plot(r["steps"], r["return"], color=colour, alpha=0.8, label=label)
             axes[1].plot(r["steps"], r["horizon"], color=colour, alpha=0.8, label=label)
