@@ -21,6 +21,7 @@ Writes OUT.json, OUT.md and OUT.png.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -28,12 +29,21 @@ import sys
 
 from hephaestus.entry_points import require_this_checkout
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TRAIN = os.path.join(ROOT, "scripts", "train_purejaxrl.py")
 
+def load_dreamer_cartpole():
+    """scripts/experiments/dreamer_cartpole.py as a module: its dreamer settings and output writer are this one's."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dreamer_cartpole.py")
+    spec = importlib.util.spec_from_file_location("dreamer_cartpole_experiment", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CARTPOLE = load_dreamer_cartpole()
+TRAIN = CARTPOLE.TRAIN
 # The dreamer's CartPole settings (dreamer_cartpole.py), with the ensemble's imagined novelty (dreamer-dtc).
-COMMON = ["--env", "gymnax:CartPole-v1", "--agent", "dreamer-dtc", "--num-envs", "16", "--num-steps", "16",
-          "--dtc-replay-ratio", "8", "--lr", "3e-4", "--dtc-replay-capacity", "16384", "--log-interval", "16"]
+COMMON = list(CARTPOLE.AGENTS["dreamer"])
+COMMON[COMMON.index("--agent") + 1] = "dreamer-dtc"
 VARIANTS = {"boredom picks the length": ["--dreamer-horizons", "8,16,32,64"],
             "never bored (64 steps)": ["--dreamer-horizon", "64"]}
 FOLDER = {"boredom picks the length": "adaptive", "never bored (64 steps)": "fixed64"}
@@ -54,7 +64,8 @@ def train(variant: str, seed: int, out_dir: str, timesteps: int, eval_episodes: 
 def read_run(run_dir: str, threshold: float) -> dict:
     """One run's curves from its metrics.jsonl: per chunk the env steps, the training return, the mean dream length,
     boredom, competence and the chunk's seconds; and the final greedy evaluation where the run wrote one."""
-    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
     train_rows = [r for r in rows if "dreamer/horizon" in r]
     curve = {"steps": [r["env_steps"] for r in train_rows],
              "return": [r.get("mean_episode_return") for r in train_rows],
@@ -70,7 +81,10 @@ def read_run(run_dir: str, threshold: float) -> dict:
     dreamt = sum(h * a * n for h, a, n in zip(curve["horizon"], curve["ac_steps"], per_chunk))
     hit = next((s for s, ret in zip(curve["steps"], curve["return"]) if ret is not None and ret >= threshold), None)
     eval_path = os.path.join(run_dir, "eval.json")  # the run's final greedy evaluation (--final-eval-episodes)
-    evaluation = json.load(open(eval_path))["metrics"] if os.path.exists(eval_path) else {}
+    evaluation = {}
+    if os.path.exists(eval_path):
+        with open(eval_path) as f:
+            evaluation = json.load(f)["metrics"]
     return {**curve, "seconds_after_first_chunk": clock[-1] - clock[0], "imagined_steps": dreamt,
             "mean_horizon": sum(h * n for h, n in zip(curve["horizon"], per_chunk)) / sum(per_chunk),
             "steps_to_threshold": hit, "eval_return": evaluation.get("eval/return_mean")}
@@ -145,14 +159,7 @@ def main(argv=None):
         results["variants"][variant] = {
             str(seed): read_run(os.path.join(out_dir, run_name(variant, seed)), args.threshold)
             for seed in range(args.seeds)}
-    with open(args.out + ".json", "w") as f:
-        json.dump(results, f)
-    lines = summarise(results)
-    with open(args.out + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    plot(results, args.out + ".png")
-    print(f"results: {args.out}.json, {args.out}.md, {args.out}.png")
+    CARTPOLE.write_outputs(args.out, results, summarise(results), plot)
     return 0
 
 

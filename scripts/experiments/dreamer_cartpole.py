@@ -219,8 +219,6 @@ def main(argv=None):
                                     "command_flags": AGENTS[agent] + extra}
         if agent == "dreamer":
             results["open_loop"] = open_loop(run_dir, args.open_loop_episodes, args.context, args.horizon)
-    with open(args.out + ".json", "w") as f:
-        json.dump(results, f)
     lines = [f"| agent | budget | seeds reaching {args.threshold:g} | env steps to {args.threshold:g} (per seed) | "
              "final training return (mean ± std) |", "|---|---|---|---|---|"]
     for agent, r in results["agents"].items():
@@ -236,12 +234,19 @@ def main(argv=None):
                       "last-observation MAE |", "|---|---|---|---|"]
         lines += [f"| {r['k']} | {r['episodes']} | {r['model_mae']:.4f} | {r['repeat_last_mae']:.4f} |"
                   for r in ol["rows"]]
-    with open(args.out + ".md", "w") as f:
+    write_outputs(args.out, results, lines, plot)
+    return 0
+
+
+def write_outputs(out: str, results: dict, lines: list[str], plot_fn) -> None:
+    """OUT.json (the results), OUT.md (the table `lines`, also printed) and OUT.png (`plot_fn(results, path)`)."""
+    with open(out + ".json", "w") as f:
+        json.dump(results, f)
+    with open(out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    plot(results, args.out + ".png")
-    print(f"results: {args.out}.json, {args.out}.md, {args.out}.png")
-    return 0
+    plot_fn(results, out + ".png")
+    print(f"results: {out}.json, {out}.md, {out}.png")
 
 
 if __name__ == "__main__":
