@@ -44,7 +44,7 @@ def test_base_inheritance_and_command_line_precedence(tmp_path):
 def test_presets_load_and_validate():
     presets = {name: resolve(load_config_file(os.path.join(ROOT, "configs", f"{name}.yaml")))[0]
                for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe",
-                            "deepsea-dtc", "deepsea-dreamer")}
+                            "hackmatrix-tpu-acquired2", "deepsea-dtc", "deepsea-dreamer")}
     cartpole = presets["cartpole"]  # PureJaxRL's settings
     assert (cartpole.env.num_envs, cartpole.env.num_steps, cartpole.env.total_timesteps) == (4, 128, 500_000)
     assert (cartpole.ppo.num_minibatches, cartpole.ppo.update_epochs, cartpole.ppo.lr, cartpole.ppo.ent_coef) == \
@@ -60,6 +60,11 @@ def test_presets_load_and_validate():
     half = presets["hackmatrix-tpu-5e7"]
     assert half.env.total_timesteps == 5 * 10**7
     assert dataclasses.replace(half, env=dataclasses.replace(half.env, total_timesteps=tpu.env.total_timesteps)) == tpu
+    # The candidate that pays acquisitions 2 on the clear (the runs of "Acquisitions paid 2 on the clear at 1e8"):
+    # the shipped file plus those two reward parameters, nothing else.
+    acquired = presets["hackmatrix-tpu-acquired2"]
+    assert acquired.env.env_params == tpu.env.env_params + ("program_acquired_coef=2", "program_acquired_at_clear=1")
+    assert dataclasses.replace(acquired, env=dataclasses.replace(acquired.env, env_params=tpu.env.env_params)) == tpu
     programs = presets["hackmatrix-tpu-programs"]  # the file from 29 Nov to 2 Dec, which those specs/ commands name
     assert (programs.ppo.teacher, programs.ppo.teacher_fraction, programs.network.hidden_dim, programs.env.env_params) \
         == ("exit-rush-programs", 0.5, 128, ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1"))
@@ -68,7 +73,7 @@ def test_presets_load_and_validate():
         ("exit-rush-safe", 1.0, 256, ())
     assert (tpu.ppo.num_minibatches, tpu.ppo.update_epochs) == (32, 2)  # auto-scaled
     # The frozen files name every value of HackMatrix's defaults themselves, so moving a default leaves their runs be.
-    for frozen in ("hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe"):
+    for frozen in ("hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe", "hackmatrix-tpu-acquired2"):
         raw = load_config_file(os.path.join(ROOT, "configs", f"{frozen}.yaml"))
         named = {"ent_coef": raw.ppo.ent_coef, "teacher": raw.ppo.teacher, "teacher_fraction": raw.ppo.teacher_fraction,
                  "encoder": raw.network.encoder, "hidden_dim": raw.network.hidden_dim,
