@@ -165,19 +165,15 @@ def bench_world_model_stage(env_name, num_envs, num_steps, updates_per_chunk, co
 
 
 def bench_reference(env_id, num_envs, num_steps, updates_per_chunk, hidden_dim, num_layers):
-    import importlib.util
-
     import jax
 
     from hephaestus.config import auto_scale_for_batch_size
     from hephaestus.envs.gymnax_import import import_gymnax
 
+    from hephaestus.entry_points import load_script
+
     # benchmarks/ is not an installed package: load the reference implementation from its file
-    spec = importlib.util.spec_from_file_location("purejaxrl_reference",
-                                                  os.path.join(ROOT, "benchmarks", "purejaxrl_reference.py"))
-    reference = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(reference)
-    make_reference_train = reference.make_reference_train
+    make_reference_train = load_script(os.path.join(ROOT, "benchmarks", "purejaxrl_reference.py")).make_reference_train
     env, params = import_gymnax().make(env_id)
     minibatches, epochs = auto_scale_for_batch_size(num_envs, num_steps)
     init, chunk = make_reference_train(env, params, num_envs, num_steps, minibatches, epochs, hidden_dim, num_layers)

@@ -129,12 +129,9 @@ def test_a_failing_port_trainer_is_reported_by_the_case_not_a_traceback(tmp_path
 
 def load_bench(path=BENCH):
     """scripts/bench.py (or another script at `path`) as a module (scripts/ and benchmarks/ are run, not imported)."""
-    import importlib.util
+    from hephaestus.entry_points import load_script
 
-    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load_script(path)
 
 
 def test_every_pipeline_case_builds_the_config_it_names():

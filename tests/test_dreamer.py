@@ -317,13 +317,10 @@ def test_boredom_experiment_reads_dream_lengths_time_and_the_evaluation_from_a_r
     """scripts/experiments/dreamer_boredom.py's reading of one run: the dream length averaged by updates, the scan
     steps dreamt (length x actor-critic steps x updates), the chunks' seconds after the first (the compile's chunk
     left out), the first chunk at the threshold, and the greedy evaluation from eval.json."""
-    import importlib.util
+    from hephaestus.entry_points import load_script
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "experiments",
-                        "dreamer_boredom.py")
-    spec = importlib.util.spec_from_file_location("dreamer_boredom", path)
-    boredom = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(boredom)
+    boredom = load_script(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                                       "experiments", "dreamer_boredom.py"))
     run = tmp_path / "adaptive_s0"
     run.mkdir()
     chunks = [(16, 4096, 60.0, 8.0, 100.0), (32, 8192, 70.0, 64.0, 480.0), (48, 12288, 90.0, 16.0, 500.0)]

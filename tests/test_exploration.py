@@ -119,13 +119,9 @@ def test_deepsea_reports_bsuites_bad_episode_and_the_treasure_per_step(name):
 
 
 def deepsea_experiment():
-    import importlib.util
+    from hephaestus.entry_points import load_script
 
-    spec = importlib.util.spec_from_file_location("deepsea_experiment",
-                                                  os.path.join(ROOT, "scripts", "experiments", "deepsea.py"))
-    deepsea = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(deepsea)
-    return deepsea
+    return load_script(os.path.join(ROOT, "scripts", "experiments", "deepsea.py"), "deepsea_experiment")
 
 
 def test_deepsea_solved_follows_bsuites_rule_for_each_variant():

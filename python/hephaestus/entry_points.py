@@ -30,6 +30,18 @@ def require_this_checkout(script: str) -> None:
             return
 
 
+def load_script(path: str | os.PathLike, name: str | None = None):
+    """A script (scripts/, scripts/experiments/, benchmarks/: run, not installed) as a module, loaded from its file:
+    an experiment that reuses a sibling's settings, a benchmark its reference, a test the script's functions."""
+    import importlib.util
+
+    path = os.fspath(path)
+    spec = importlib.util.spec_from_file_location(name or os.path.splitext(os.path.basename(path))[0], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _start(script: str | None) -> None:
     if script is not None:
         require_this_checkout(script)

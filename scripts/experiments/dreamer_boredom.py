@@ -21,25 +21,17 @@ Writes OUT.json, OUT.md and OUT.png.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
-from hephaestus.entry_points import require_this_checkout
+from hephaestus.entry_points import load_script, require_this_checkout
 
 
-def load_dreamer_cartpole():
-    """scripts/experiments/dreamer_cartpole.py as a module: its dreamer settings and output writer are this one's."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dreamer_cartpole.py")
-    spec = importlib.util.spec_from_file_location("dreamer_cartpole_experiment", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-CARTPOLE = load_dreamer_cartpole()
+# scripts/experiments/dreamer_cartpole.py: its dreamer settings and output writer are this one's.
+CARTPOLE = load_script(os.path.join(os.path.dirname(os.path.abspath(__file__)), "dreamer_cartpole.py"),
+                       "dreamer_cartpole_experiment")
 TRAIN = CARTPOLE.TRAIN
 # The dreamer's CartPole settings (dreamer_cartpole.py), with the ensemble's imagined novelty (dreamer-dtc).
 COMMON = list(CARTPOLE.AGENTS["dreamer"])

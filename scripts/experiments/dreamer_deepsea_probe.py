@@ -26,7 +26,6 @@ Prints the report and writes it to OUT.json. Training is the experiment's own co
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -35,11 +34,9 @@ import time
 
 def load_deepsea():
     """scripts/experiments/deepsea.py as a module: its make_config is the experiment's, so the settings match."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "deepsea.py")
-    spec = importlib.util.spec_from_file_location("deepsea_experiment", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from hephaestus.entry_points import load_script
+
+    return load_script(os.path.join(os.path.dirname(os.path.abspath(__file__)), "deepsea.py"), "deepsea_experiment")
 
 
 def main(argv=None) -> int:
