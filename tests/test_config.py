@@ -44,7 +44,7 @@ def test_base_inheritance_and_command_line_precedence(tmp_path):
 def test_presets_load_and_validate():
     presets = {name: resolve(load_config_file(os.path.join(ROOT, "configs", f"{name}.yaml")))[0]
                for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe",
-                            "hackmatrix-tpu-acquired2", "deepsea-dtc", "deepsea-dreamer")}
+                            "hackmatrix-tpu-acquired2", "hackmatrix-tpu-noacquired", "deepsea-dtc", "deepsea-dreamer")}
     cartpole = presets["cartpole"]  # PureJaxRL's settings
     assert (cartpole.env.num_envs, cartpole.env.num_steps, cartpole.env.total_timesteps) == (4, 128, 500_000)
     assert (cartpole.ppo.num_minibatches, cartpole.ppo.update_epochs, cartpole.ppo.lr, cartpole.ppo.ent_coef) == \
@@ -55,16 +55,19 @@ def test_presets_load_and_validate():
     assert (tpu.ppo.teacher, tpu.ppo.teacher_fraction, tpu.network.encoder) == ("exit-rush-collector", 0.5, "ego")
     assert (tpu.network.hidden_dim, tpu.network.cell_dim) == (128, 8)  # the measured best run's
     assert tpu.env.env_params == ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1",
-                                  "undo_across_stages=0")
-    # The file at 5e7 (2 Dec, until its budget doubled), which that section's commands name: only the budget differs.
+                                  "undo_across_stages=0", "program_acquired_coef=2", "program_acquired_at_clear=1")
+    # The runs of "Acquisitions paid 2 on the clear at 1e8" name their own file: the shipped one since 5 Dec.
+    assert presets["hackmatrix-tpu-acquired2"] == tpu
+    # The file from 2 Dec (evening) to 5 Dec, which "The default at the issue's full budget" ran: the shipped file
+    # less the two acquisition parameters, nothing else.
+    unpaid = presets["hackmatrix-tpu-noacquired"]
+    assert tpu.env.env_params == unpaid.env.env_params + ("program_acquired_coef=2", "program_acquired_at_clear=1")
+    assert dataclasses.replace(unpaid, env=dataclasses.replace(unpaid.env, env_params=tpu.env.env_params)) == tpu
+    # The file at 5e7 (2 Dec, until its budget doubled), which that section's commands name: only the budget differs
+    # from the file of 2 Dec (evening).
     half = presets["hackmatrix-tpu-5e7"]
     assert half.env.total_timesteps == 5 * 10**7
-    assert dataclasses.replace(half, env=dataclasses.replace(half.env, total_timesteps=tpu.env.total_timesteps)) == tpu
-    # The candidate that pays acquisitions 2 on the clear (the runs of "Acquisitions paid 2 on the clear at 1e8"):
-    # the shipped file plus those two reward parameters, nothing else.
-    acquired = presets["hackmatrix-tpu-acquired2"]
-    assert acquired.env.env_params == tpu.env.env_params + ("program_acquired_coef=2", "program_acquired_at_clear=1")
-    assert dataclasses.replace(acquired, env=dataclasses.replace(acquired.env, env_params=tpu.env.env_params)) == tpu
+    assert dataclasses.replace(half, env=dataclasses.replace(half.env, total_timesteps=tpu.env.total_timesteps)) == unpaid
     programs = presets["hackmatrix-tpu-programs"]  # the file from 29 Nov to 2 Dec, which those specs/ commands name
     assert (programs.ppo.teacher, programs.ppo.teacher_fraction, programs.network.hidden_dim, programs.env.env_params) \
         == ("exit-rush-programs", 0.5, 128, ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1"))
@@ -73,7 +76,8 @@ def test_presets_load_and_validate():
         ("exit-rush-safe", 1.0, 256, ())
     assert (tpu.ppo.num_minibatches, tpu.ppo.update_epochs) == (32, 2)  # auto-scaled
     # The frozen files name every value of HackMatrix's defaults themselves, so moving a default leaves their runs be.
-    for frozen in ("hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe", "hackmatrix-tpu-acquired2"):
+    for frozen in ("hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe", "hackmatrix-tpu-acquired2",
+                   "hackmatrix-tpu-noacquired"):
         raw = load_config_file(os.path.join(ROOT, "configs", f"{frozen}.yaml"))
         named = {"ent_coef": raw.ppo.ent_coef, "teacher": raw.ppo.teacher, "teacher_fraction": raw.ppo.teacher_fraction,
                  "encoder": raw.network.encoder, "hidden_dim": raw.network.hidden_dim,
@@ -97,7 +101,7 @@ def test_hackmatrix_defaults_are_the_shipped_config_s_learning_settings():
                           c.network.hidden_dim, c.network.cell_dim, c.env.env_params)
     assert default.env.name == "hackmatrix" and learning(default) == learning(tpu)
     assert default.env.env_params == ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1",
-                                      "undo_across_stages=0")
+                                      "undo_across_stages=0", "program_acquired_coef=2", "program_acquired_at_clear=1")
     parsed = lambda *argv: resolve(config_from_args(build_parser().parse_args(list(argv))))[0]
     assert parsed("--env-params", "distance_coef=0").env.env_params == ("distance_coef=0",)   # replaces
     assert parsed("--env-params", "").env.env_params == ()                                     # the rules' reward
@@ -106,8 +110,8 @@ def test_hackmatrix_defaults_are_the_shipped_config_s_learning_settings():
     # The training env is built with them, before or after resolving (a sweep builds its base unresolved).
     for config in (TrainConfig(), default):
         params = make_training_env(config.env).raw_params
-        assert (params.program_played_coef, params.siphon_death_penalty, params.program_played_at_clear) == \
-            (10.0, 0.0, True)
+        assert (params.program_played_coef, params.siphon_death_penalty, params.program_played_at_clear,
+                params.program_acquired_coef, params.program_acquired_at_clear) == (10.0, 0.0, True, 2.0, True)
     assert make_training_env(parsed("--env-params", "").env).raw_params.siphon_death_penalty == 10.0
     # A run stored with the defaults before 29 Nov resumes with them, not with today's.
     old = parsed("--teacher", "exit-rush-safe", "--teacher-fraction", "1", "--hidden-dim", "256", "--cell-dim", "16",
@@ -223,7 +227,8 @@ def test_resolve_settles_every_auto_once_and_is_idempotent():
     assert None in (raw.ppo.ent_coef, raw.network.hidden_dim, raw.ppo.num_minibatches) and raw.run.run_name == ""
     config, note = resolve(raw, hm)
     assert (config.ppo.ent_coef, config.network.hidden_dim, config.network.cell_dim) == (0.1, 128, 8)
-    assert (config.ppo.teacher_fraction, len(config.env.env_params)) == (0.5, 4)
+    assert (config.ppo.teacher_fraction, config.env.env_params) == (0.5, cfg.ENV_DEFAULTS["hackmatrix"]["env_params"])
+    assert len(config.env.env_params) == 6
     assert (config.ppo.num_minibatches, config.ppo.update_epochs) == (32, 2) and note.startswith("auto-scale: batch")
     assert (config.network.encoder, config.network.obs_dtype) == ("mlp", "float32")  # DTC reads float observations
     assert config.extra_stages == cfg.DTC_STAGES and config.stages.dtc.competence_coef == 0.0
