@@ -439,7 +439,8 @@ CASES = {
     "hackmatrix-random-2048": (bench_random_policy, dict(env_name="hackmatrix", num_envs=2048, steps_per_chunk=64)),
     # Defaults (configs/hackmatrix-tpu.yaml's: the ego encoder at half width, 128 and cell 8, and since 2 Dec the
     # exit-rush-collector teacher; the -h128c8 case below keeps the 29 Nov-2 Dec exit-rush-programs; exact uint8
-    # observation storage, and R94's quirk off in training since 2 Dec), then one option changed
+    # observation storage, R94's quirk off in training since 2 Dec, and programs acquired paid on the clear since 5 Dec:
+    # reward terms, no cost measured), then one option changed
     # each: the defaults of 27-29 Nov (-safe256: full width, exit-rush-safe), the one before (-mlp: MLP, exit-rush
     # teacher), the other encoders, float32 storage (the default before uint8). Issue 3's targets at 2048 x 128:
     # >= 18,000 env steps/s, peak < 2 GiB, compile < 15 s.
