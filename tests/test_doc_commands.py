@@ -55,7 +55,8 @@ TINY_WATCH = ["--episodes", "1", "--max-steps", "20"]
 TINY_EVALUATE = ["--episodes", "2", "--batch-size", "2", "--max-steps", "20"]  # last flag wins
 
 # Experiment scripts whose --quick run a test of their own makes (with at least the flags the docs show).
-TESTED_ELSEWHERE = {"scripts/experiments/deepsea.py": "tests/test_exploration.py"}
+TESTED_ELSEWHERE = {"scripts/experiments/deepsea.py": "tests/test_exploration.py",
+                    "scripts/experiments/hackmatrix_late_starts.py": "tests/hackmatrix/test_late_starts.py"}
 
 SKIP_RULES = [  # (pattern on the command, reason)
     (re.compile(r"^pip install\b"), "installs packages over the network"),
