@@ -1,8 +1,14 @@
-"""scripts/experiments/hackmatrix_late_starts.py: games started on later stages, counted by the stage they began on."""
+"""scripts/experiments/hackmatrix_late_starts.py (games started on later stages, counted by the stage they began on)
+and hackmatrix_handoff.py (a scripted player takes over an agent's game from a stage on)."""
 import json
 import os
 import subprocess
 import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
 
 from hephaestus.entry_points import load_script
 
@@ -58,3 +64,60 @@ def test_an_agent_argument_may_carry_its_label(tmp_path):
     odd = tmp_path / "a=b"  # a path that holds "=" is a path
     odd.mkdir()
     assert late.agent_label(str(odd)) == ("a=b", str(odd))
+
+
+HANDOFF = os.path.join(ROOT, "scripts", "experiments", "hackmatrix_handoff.py")
+
+
+@pytest.fixture(scope="module")
+def untrained_agent(tmp_path_factory):
+    """An untrained HackMatrix agent's parameter file (a small network: the script, not the agent, is under test)."""
+    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.envs.registry import make_env
+    from hephaestus.export import network_meta, save_params_npz
+    from hephaestus.networks import make_network
+
+    env = make_env("hackmatrix")
+    config, _ = resolve(TrainConfig.from_flat(env="hackmatrix", hidden_dim=16, num_layers=1), env.spec)
+    network = make_network(env.spec, config)
+    params = network.init(jax.random.PRNGKey(0), np.zeros((1, env.spec.obs_dim), np.float32))
+    path = tmp_path_factory.mktemp("handoff") / "final_params.npz"
+    save_params_npz(str(path), params, env="hackmatrix", network=network_meta(env.spec, config))
+    return path, env, network, params
+
+
+def test_the_handoff_policy_is_the_agent_below_its_stage_and_the_teacher_from_it(untrained_agent):
+    from hephaestus import networks as nets
+    from hephaestus.envs.adapters import split_observation
+    from hephaestus.envs.hackmatrix.env import get_obs
+
+    handoff = load_script(HANDOFF, "hackmatrix_handoff")
+    _, env, network, params = untrained_agent
+    state, first = env.reset(jax.random.PRNGKey(3))
+    obs, mask = split_observation(get_obs(state))
+    assert np.array_equal(obs, first.obs)  # the observation the evaluation feeds the agent
+    agent = int(nets.act(network, params, obs[None], mask[None], jax.random.PRNGKey(0), greedy=True)[0][0])
+    teacher_action = next(a for a in range(mask.shape[0]) if a != agent)  # a teacher that never agrees
+    policy = handoff.handoff_policy(network, params, lambda s, m, k: jnp.int32(teacher_action), from_stage=5)
+    for stage, expected in ((1, agent), (4, agent), (5, teacher_action), (8, teacher_action)):
+        assert int(policy(state.replace(stage=jnp.int32(stage)), mask, jax.random.PRNGKey(1))) == expected
+
+
+def test_handoff_quick_never_handing_over_is_evaluate_py_s_greedy_games(untrained_agent, tmp_path):
+    from hephaestus import evaluate_agent
+
+    path = untrained_agent[0]
+    proc = subprocess.run([sys.executable, HANDOFF, str(path), "--quick", "--out", str(tmp_path / "h")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["from_stage"]: r["per_seed"][0] for r in json.loads((tmp_path / "h.json").read_text())["rows"]}
+    assert sorted(rows) == [2, 9] and "| never (the agent alone) |" in proc.stdout
+    assert evaluate_agent.main([str(path), "--episodes", "16", "--max-steps", "40", "--seed", "0",
+                                "--json", str(tmp_path / "e.json")]) == 0
+    stats = json.loads((tmp_path / "e.json").read_text())["per_episode"]["eval/"]["stats"]
+    reached = np.array(stats["stage_reached"])
+    assert rows[9]["stage_1_cleared"] == np.mean(reached >= 2)
+    assert rows[9]["stage_4_reached"] == np.mean(reached >= 4) and rows[9]["victories"] == int(np.sum(stats["victory"]))
+    bad = subprocess.run([sys.executable, HANDOFF, str(path), "--teacher", "nobody", "--out", str(tmp_path / "b")],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert bad.returncode == 2 and "nobody" in bad.stderr.strip().splitlines()[-1] and "Traceback" not in bad.stderr
