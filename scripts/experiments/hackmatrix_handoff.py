@@ -84,6 +84,8 @@ def main(argv=None) -> int:
 
     rows = []
     for stage in stages:
+        # Registered as one of this process's env's scripted policies, so that the Evaluator plays it exactly as
+        # evaluate.py --scripted plays a baseline (the same program and keys: "never" is evaluate.py's games).
         name = f"handoff-{stage}"
         env.scripted_policies[name] = handoff_policy(network, params, teacher, stage)
         evaluator = Evaluator(env, None, args.episodes, args.max_steps, scripted=name)

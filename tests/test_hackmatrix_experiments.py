@@ -12,7 +12,7 @@ import pytest
 
 from hephaestus.entry_points import load_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "experiments", "hackmatrix_late_starts.py")
 
 
@@ -71,18 +71,14 @@ HANDOFF = os.path.join(ROOT, "scripts", "experiments", "hackmatrix_handoff.py")
 
 @pytest.fixture(scope="module")
 def untrained_agent(tmp_path_factory):
-    """An untrained HackMatrix agent's parameter file (a small network: the script, not the agent, is under test)."""
-    from hephaestus.config import TrainConfig, resolve
-    from hephaestus.envs.registry import make_env
-    from hephaestus.export import network_meta, save_params_npz
-    from hephaestus.networks import make_network
+    """An untrained HackMatrix agent's parameter file (a small network: the script, not the agent, is under test),
+    and what loading it gives the script: (path, env, network, params)."""
+    from test_watch import fresh_params
 
-    env = make_env("hackmatrix")
-    config, _ = resolve(TrainConfig.from_flat(env="hackmatrix", hidden_dim=16, num_layers=1), env.spec)
-    network = make_network(env.spec, config)
-    params = network.init(jax.random.PRNGKey(0), np.zeros((1, env.spec.obs_dim), np.float32))
-    path = tmp_path_factory.mktemp("handoff") / "final_params.npz"
-    save_params_npz(str(path), params, env="hackmatrix", network=network_meta(env.spec, config))
+    from hephaestus.watch import load_agent
+
+    path = fresh_params(tmp_path_factory.mktemp("handoff") / "final_params.npz", "hackmatrix")
+    params, _, env, network = load_agent(str(path))
     return path, env, network, params
 
 
