@@ -122,6 +122,33 @@ def test_hackmatrix_defaults_are_the_shipped_config_s_learning_settings():
     assert learning(resumed) == learning(old) == ("exit-rush-safe", 1.0, 5.0, 0.1, "ego", 256, 16, ())
 
 
+def test_an_env_params_list_that_drops_the_list_under_it_says_so(monkeypatch, capsys):
+    """--env-params replaces the list under it (the family's default, a --config file's, a resumed run's), so one
+    value added to a HackMatrix run without its list drops the run's training reward: the parse says which names
+    it dropped, on stderr, and says nothing when the list keeps them (or no list is given)."""
+    from hephaestus import checkpoint
+
+    default = cfg.ENV_DEFAULTS["hackmatrix"]["env_params"]
+    config, _ = parse(["--env-params", "curriculum_share=0.25"])
+    assert config.env.env_params == ("curriculum_share=0.25",)
+    err = capsys.readouterr().err
+    assert "no longer set: " + ",".join(default) in err and err.count("\n") == 1
+    for argv in (["--env-params", ",".join(default + ("curriculum_share=0.25",))], ["--lr", "1e-3"],
+                 ["--env", "gymnax:CartPole-v1", "--env-params", "max_steps_in_episode=100"]):
+        parse(argv)
+        assert capsys.readouterr().err == "", argv
+    # on --resume the list under it is the stored run's
+    stored = resolve(config_from_args(build_parser().parse_args(["--env-params", "distance_coef=0,kill_coef=1"])))[0]
+    ckpt = SimpleNamespace(config=stored.to_dict(), run_dir="/tmp/checkpoints/r", path="/tmp/checkpoints/r/8", step=8)
+    monkeypatch.setattr(checkpoint, "locate", lambda path: ckpt)
+    config, found = parse(["--resume", "/tmp/checkpoints/r", "--env-params", "kill_coef=2"])
+    assert found is ckpt and config.env.env_params == ("kill_coef=2",)
+    assert "no longer set: distance_coef=0 (" in capsys.readouterr().err
+    parse(["--resume", "/tmp/checkpoints/r", "--env-params", "distance_coef=0,kill_coef=2"])
+    parse(["--resume", "/tmp/checkpoints/r", "--lr", "1e-4"])
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("text,needle", [
     ("ppo: {lrr: 0.1}\n", "unknown key ppo.lrr"),
     ("env: {num_envs: many}\n", "num_envs is 'many', expected int"),

@@ -57,7 +57,8 @@ TINY_EVALUATE = ["--episodes", "2", "--batch-size", "2", "--max-steps", "20"]  #
 # Experiment scripts whose --quick run a test of their own makes (with at least the flags the docs show).
 TESTED_ELSEWHERE = {"scripts/experiments/deepsea.py": "tests/test_exploration.py",
                     "scripts/experiments/hackmatrix_late_starts.py": "tests/test_hackmatrix_experiments.py",
-                    "scripts/experiments/hackmatrix_handoff.py": "tests/test_hackmatrix_experiments.py"}
+                    "scripts/experiments/hackmatrix_handoff.py": "tests/test_hackmatrix_experiments.py",
+                    "scripts/experiments/hackmatrix_advantage_shares.py": "tests/test_hackmatrix_experiments.py"}
 
 SKIP_RULES = [  # (pattern on the command, reason)
     (re.compile(r"^pip install\b"), "installs packages over the network"),

@@ -117,3 +117,41 @@ def test_handoff_quick_never_handing_over_is_evaluate_py_s_greedy_games(untraine
     bad = subprocess.run([sys.executable, HANDOFF, str(path), "--teacher", "nobody", "--out", str(tmp_path / "b")],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert bad.returncode == 2 and "nobody" in bad.stderr.strip().splitlines()[-1] and "Traceback" not in bad.stderr
+
+
+SHARES = os.path.join(ROOT, "scripts", "experiments", "hackmatrix_advantage_shares.py")
+
+
+def test_advantage_shares_arithmetic_and_the_env_params_laid_over_the_run_s():
+    shares = load_script(SHARES, "hackmatrix_advantage_shares")
+    # stage 1: advantages -1, 1 (mean 0); stage 7: -4, 4: the batch's mean is 0 and its squares are 2 and 32
+    rows = shares.shares_by_start_stage(np.array([[-1.0, 1.0], [-4.0, 4.0]]), np.array([[1, 1], [7, 7]]))
+    assert sorted(rows) == [1, 7]
+    batch_std = np.sqrt((2 + 32) / 4)
+    assert rows[1] == pytest.approx({"steps": 0.5, "std": 1.0, "square_share": 2 / 34, "std_over_batch": 1 / batch_std})
+    assert rows[7] == pytest.approx({"steps": 0.5, "std": 4.0, "square_share": 32 / 34, "std_over_batch": 4 / batch_std})
+    run = {"config": {"env_params": ["program_played_coef=10", "undo_across_stages=0"]}}
+    assert shares.training_env_params(run, ["program_played_coef=3", "curriculum_share=0.5"]) == \
+        ["undo_across_stages=0", "program_played_coef=3", "curriculum_share=0.5"]
+    from hephaestus.config import ENV_DEFAULTS
+    assert shares.training_env_params({}, []) == list(ENV_DEFAULTS["hackmatrix"]["env_params"])  # no stored config
+    assert shares.training_env_params({"config": {"env_params": []}}, []) == []  # a run on the rules' reward
+
+
+def test_advantage_shares_quick_counts_steps_by_the_stage_their_game_began_on(untrained_agent, tmp_path, capsys):
+    shares = load_script(SHARES, "hackmatrix_advantage_shares")
+    path = untrained_agent[0]
+    out = tmp_path / "shares.json"
+    assert shares.main([str(path), "--quick", "--env-params", "curriculum_share=0.5,curriculum_max_stage=3",
+                        "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    rows = data["by_start_stage"]
+    assert set(rows) <= {"1", "2", "3"} and "1" in rows and len(rows) >= 2  # fresh games and late starts
+    assert sum(r["steps"] for r in rows.values()) == pytest.approx(1.0)
+    assert sum(r["square_share"] for r in rows.values()) == pytest.approx(1.0)
+    assert data["env_params"][-2:] == ["curriculum_share=0.5", "curriculum_max_stage=3"]
+    assert "| 1 |" in capsys.readouterr().out
+    for bad_args, said in ((["--env-params", "no_such_param=1"], "no_such_param"), (["--envs", "0"], "--envs")):
+        with pytest.raises(SystemExit) as exit_info:
+            shares.main([str(path), *bad_args])
+        assert exit_info.value.code == 2 and said in capsys.readouterr().err

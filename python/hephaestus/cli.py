@@ -20,7 +20,7 @@ import argparse
 import math
 import sys
 
-from hephaestus.config import Option, TrainConfig, options
+from hephaestus.config import Option, TrainConfig, env_params_of, options
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -129,7 +129,9 @@ def parse(argv=None) -> tuple[TrainConfig, object]:
     args = build_parser().parse_args(argv)
     resume_path = getattr(args, "resume", "")
     if not resume_path:
-        return config_from_args(args), None
+        config = config_from_args(args)
+        note_replaced_env_params(args, config_from_args(_without_env_params(args)), config)
+        return config, None
     from hephaestus.checkpoint import config_of, locate
 
     ckpt = locate(resume_path)
@@ -138,7 +140,26 @@ def parse(argv=None) -> tuple[TrainConfig, object]:
         from hephaestus.config_files import load_config_file
 
         base = load_config_file(args.config, base)
-    return config_from_args(args, base), ckpt
+    config = config_from_args(args, base)
+    note_replaced_env_params(args, config_from_args(_without_env_params(args), base), config)
+    return config, ckpt
+
+
+def _without_env_params(args: argparse.Namespace) -> argparse.Namespace:
+    return argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "env_params"})
+
+
+def note_replaced_env_params(args: argparse.Namespace, before: TrainConfig, after: TrainConfig) -> None:
+    """A --env-params list replaces the list under it (the env family's default, a --config file's, a resumed
+    run's), so the names it leaves out go back to the env's own defaults. Say which, on stderr: adding one value
+    to a HackMatrix run without repeating its list drops the run's training reward."""
+    if "env_params" not in given(args):
+        return
+    kept = {item.partition("=")[0].strip() for item in env_params_of(after.env)}
+    dropped = [item for item in env_params_of(before.env) if item.partition("=")[0].strip() not in kept]
+    if dropped:
+        print(f"note: --env-params replaces the list it is given over; no longer set: {','.join(dropped)} "
+              "(list them again to keep them)", file=sys.stderr)
 
 
 def fail(message: str, code: int = 2):

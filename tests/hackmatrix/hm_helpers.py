@@ -13,11 +13,12 @@ PARAMS = ENV.default_params
 
 @functools.lru_cache(maxsize=None)
 def _jstep():
-    # The float parameters a rule test varies, the shaping terms' coefficients (0 in the rules' game), are inputs
-    # of the program rather than baked in, so their tests share this compiled step.
-    return jax.jit(lambda k, s, a, acquired, played, at_clear, acquired_at_clear: ENV.step_env(
+    # The parameters a rule test varies, the training shaping terms (0 or off in the rules' game), are inputs of the
+    # program rather than baked in, so their tests share this compiled step.
+    return jax.jit(lambda k, s, a, acquired, played, at_clear, acquired_at_clear, reward_scale: ENV.step_env(
         k, s, a, PARAMS.replace(program_acquired_coef=acquired, program_played_coef=played,
-                                program_played_at_clear=at_clear, program_acquired_at_clear=acquired_at_clear)))
+                                program_played_at_clear=at_clear, program_acquired_at_clear=acquired_at_clear,
+                                curriculum_reward_scale=reward_scale)))
 
 
 # The random rollout test_env and test_programs check their invariants on: ROLL_B lanes, ROLL_T steps of a
@@ -70,20 +71,20 @@ def resets(n=96, seed=0):
 
 
 def step(state, action, seed=0, program_acquired_coef=0.0, program_played_coef=0.0, program_played_at_clear=False,
-         program_acquired_at_clear=False):
+         program_acquired_at_clear=False, curriculum_reward_scale=False):
     """One step_env with the shared jitted function. Returns (obs, state, reward, term, info)."""
     return step_with_key(jax.random.key(seed), state, action, program_acquired_coef, program_played_coef,
-                         program_played_at_clear, program_acquired_at_clear)
+                         program_played_at_clear, program_acquired_at_clear, curriculum_reward_scale)
 
 
 def step_with_key(key, state, action, program_acquired_coef=0.0, program_played_coef=0.0,
-                  program_played_at_clear=False, program_acquired_at_clear=False):
+                  program_played_at_clear=False, program_acquired_at_clear=False, curriculum_reward_scale=False):
     """`step` with a given key (a raw uint32 key is wrapped: the same bits, so the same step)."""
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.wrap_key_data(key)
     return _jstep()(key, state, jnp.int32(action), jnp.float32(program_acquired_coef),
                     jnp.float32(program_played_coef), jnp.bool_(program_played_at_clear),
-                    jnp.bool_(program_acquired_at_clear))
+                    jnp.bool_(program_acquired_at_clear), jnp.bool_(curriculum_reward_scale))
 
 
 def cell(r, c):

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from hephaestus.envs.hackmatrix import make_state
-from hephaestus.envs.hackmatrix.constants import BLOCK, DATA_SIPHON, EMPTY, EXIT, IS_CORNER
+from hephaestus.envs.hackmatrix.constants import BLOCK, DATA_SIPHON, EMPTY, EXIT, IS_CORNER, STAGE_REWARDS
 
 from hm_helpers import cell, check_sum, enemies, nonzero_terms, step, terms, transmissions
 
@@ -319,6 +319,33 @@ def test_R110_a_curriculum_start_is_not_charged_for_the_stages_it_skipped():
         deaths[start_stage] = terms(info)["death"]
         check_sum(r, info)
     assert deaths == {1: -1.5, 2: -1.0, 3: 0.0}
+
+
+def test_curriculum_reward_scale_puts_a_late_start_on_a_fresh_games_scale():
+    """EnvParams.curriculum_reward_scale (training only; not a rule): every reward term of a game begun on stage s > 1
+    is divided by what clearing stage s pays (T[s - 1]; 64 for stage 8), so its first clear pays 1; a fresh game
+    (start_stage 1), and every game with the option off, pays the rules' rewards bit for bit."""
+    s = make_state(player=(4, 5), exit=(5, 5), stage=5, hp=2, credits=4, energy=6)
+    fresh = terms(step(s, UP)[4])
+    assert fresh["stage"] == 16.0 and fresh["hpRecovery"] == 1.0
+    for start_stage in (1, 3, 5):
+        late = s.replace(start_stage=np.int32(start_stage))
+        off = step(late, UP)[4]
+        assert terms(off) == fresh
+        _, _, r, _, on = step(late, UP, curriculum_reward_scale=True)
+        check_sum(r, on)
+        scale = 1.0 if start_stage == 1 else 1.0 / STAGE_REWARDS[start_stage - 1]
+        for name, value in terms(on).items():
+            assert value == pytest.approx(fresh[name] * scale, rel=1e-6), (start_stage, name)
+    assert terms(step(s.replace(start_stage=np.int32(5)), UP, curriculum_reward_scale=True)[4])["stage"] == 1.0
+    # stage 8: the victory's stage term (64) and its bonus are divided by 64
+    s8 = make_state(player=(4, 5), exit=(5, 5), stage=8, score=7).replace(start_stage=np.int32(8))
+    t8 = terms(step(s8, UP, curriculum_reward_scale=True)[4])
+    assert t8["stage"] == 1.0 and t8["victory"] == pytest.approx((500.0 + 100 * 7) / 64)
+    # a death on a late start: R110's part (the stages cleared in this game) and the damage, scaled alike
+    s3 = make_state(player=(0, 0), exit=(5, 5), stage=4, hp=1, enemies=[{"type": "daemon", "pos": (1, 1)}])
+    t3 = terms(step(s3.replace(start_stage=np.int32(2)), RIGHT, curriculum_reward_scale=True)[4])
+    assert t3["death"] == pytest.approx(-0.5 * (2 + 4) / 2) and t3["damagePenalty"] == pytest.approx(-1.0 / 2)
 
 
 def test_R116_no_siphon_death_penalty_without_siphon_enemy():

@@ -94,6 +94,14 @@ class EnvParams:
     # Each program is owned at such a start with this probability per skipped stage; 0 = programs only by
     # siphoning (R44's data siphons and the skipped stages' credits and energy are still granted).
     curriculum_program_prob: float = 0.05
+    # When True, every reward of a game that started on stage s > 1 is divided by what clearing stage s pays (R104:
+    # T[s - 1], 64 for stage 8), so the first clear of a late start pays 1, as a fresh game's does. Scaling a game's
+    # rewards by one constant leaves its best play unchanged; what it changes is the late starts' weight in a PPO
+    # batch, whose advantages are normalised together: unscaled, games started on stages 7-8 (3.5% of the steps at
+    # share 0.25, up to stage 8) held 76-84% of the advantages' sum of squares, and the fresh games' normalised
+    # advantages shrank to a third of their size (specs/hackmatrix.md, "Why the late starts cost the early stages").
+    # Ignored while curriculum_share is 0.
+    curriculum_reward_scale: bool = False
     # Training shaping (issue 22; not a rule: R119 pays nothing for a program acquired): this much per program
     # newly owned, as the change in the number owned, so UNDO's restore of ownedPrograms (R92, R93) takes it back
     # and acquire-and-undo loops earn nothing. 0 = the rules' reward, which is what evaluations always play.

@@ -237,7 +237,10 @@ def play(state, action, key, params):
         "programAcquired": params.program_acquired_coef * acquired_paid,
         "programPlayed": params.program_played_coef * plays_paid,
     }
-    terms = {k: jnp.where(valid, jnp.asarray(terms[k], f32), jnp.float32(0.0)) for k in REWARD_TERMS}
+    # A late start's rewards on the scale of a fresh game's (EnvParams.curriculum_reward_scale; 1 in the rules' game)
+    late = jnp.asarray(params.curriculum_reward_scale, bool) & (state.start_stage > 1)
+    scale = jnp.where(late, 1.0 / jnp.asarray(STAGE_REWARDS, f32)[jnp.clip(state.start_stage - 1, 0, 6)], 1.0)
+    terms = {k: jnp.where(valid, scale * jnp.asarray(terms[k], f32), jnp.float32(0.0)) for k in REWARD_TERMS}
     reward = jnp.float32(0.0)
     for k in REWARD_TERMS:
         reward = reward + terms[k]
