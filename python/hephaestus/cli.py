@@ -20,7 +20,7 @@ import argparse
 import math
 import sys
 
-from hephaestus.config import Option, TrainConfig, env_params_of, options
+from hephaestus.config import Option, TrainConfig, env_param_name, env_params_of, options
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -112,15 +112,19 @@ def given(args: argparse.Namespace) -> dict:
     return {name: value for name, value in vars(args).items() if name in table}
 
 
+def base_config(args: argparse.Namespace) -> TrainConfig:
+    """What the flags apply on top of in a fresh run: the defaults, or the --config file's."""
+    base = TrainConfig()
+    if getattr(args, "config", None):
+        from hephaestus.config_files import load_config_file
+
+        base = load_config_file(args.config, base)
+    return base
+
+
 def config_from_args(args: argparse.Namespace, base: TrainConfig | None = None) -> TrainConfig:
     """`base` (default: the defaults, or the --config file's) with the flags given on the command line."""
-    if base is None:
-        base = TrainConfig()
-        if getattr(args, "config", None):
-            from hephaestus.config_files import load_config_file
-
-            base = load_config_file(args.config, base)
-    return base.replace(**given(args))
+    return (base_config(args) if base is None else base).replace(**given(args))
 
 
 def parse(argv=None) -> tuple[TrainConfig, object]:
@@ -128,35 +132,31 @@ def parse(argv=None) -> tuple[TrainConfig, object]:
     checkpoint.CheckpointError (one line) for bad input; argparse exits 2 itself on a malformed flag."""
     args = build_parser().parse_args(argv)
     resume_path = getattr(args, "resume", "")
+    ckpt = None
     if not resume_path:
-        config = config_from_args(args)
-        note_replaced_env_params(args, config_from_args(_without_env_params(args)), config)
-        return config, None
-    from hephaestus.checkpoint import config_of, locate
+        base = base_config(args)
+    else:
+        from hephaestus.checkpoint import config_of, locate
 
-    ckpt = locate(resume_path)
-    base = config_of(ckpt)  # the resolved config the checkpoint was trained with, in its own run folder
-    if args.config:
-        from hephaestus.config_files import load_config_file
+        ckpt = locate(resume_path)
+        base = config_of(ckpt)  # the resolved config the checkpoint was trained with, in its own run folder
+        if args.config:
+            from hephaestus.config_files import load_config_file
 
-        base = load_config_file(args.config, base)
-    config = config_from_args(args, base)
-    note_replaced_env_params(args, config_from_args(_without_env_params(args), base), config)
+            base = load_config_file(args.config, base)
+    flags = given(args)
+    config = base.replace(**flags)
+    if "env_params" in flags:  # the list under it: the same flags without it
+        note_replaced_env_params(base.replace(**{k: v for k, v in flags.items() if k != "env_params"}), config)
     return config, ckpt
 
 
-def _without_env_params(args: argparse.Namespace) -> argparse.Namespace:
-    return argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "env_params"})
-
-
-def note_replaced_env_params(args: argparse.Namespace, before: TrainConfig, after: TrainConfig) -> None:
+def note_replaced_env_params(before: TrainConfig, after: TrainConfig) -> None:
     """A --env-params list replaces the list under it (the env family's default, a --config file's, a resumed
     run's), so the names it leaves out go back to the env's own defaults. Say which, on stderr: adding one value
     to a HackMatrix run without repeating its list drops the run's training reward."""
-    if "env_params" not in given(args):
-        return
-    kept = {item.partition("=")[0].strip() for item in env_params_of(after.env)}
-    dropped = [item for item in env_params_of(before.env) if item.partition("=")[0].strip() not in kept]
+    kept = {env_param_name(item) for item in env_params_of(after.env)}
+    dropped = [item for item in env_params_of(before.env) if env_param_name(item) not in kept]
     if dropped:
         print(f"note: --env-params replaces the list it is given over; no longer set: {','.join(dropped)} "
               "(list them again to keep them)", file=sys.stderr)

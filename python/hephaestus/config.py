@@ -128,6 +128,18 @@ def env_defaults(env: str) -> dict:
     return {**FALLBACK_DEFAULTS, **ENV_DEFAULTS.get(env.partition(":")[0], {}), **ENV_DEFAULTS.get(env, {})}
 
 
+def env_param_name(item: str) -> str:
+    """The NAME of an --env-params item "NAME=VALUE"."""
+    return item.partition("=")[0].strip()
+
+
+def overlay_env_params(items, extra) -> tuple[str, ...]:
+    """The --env-params list `items` with `extra` laid over it by name: an item of `extra` replaces the item of
+    that name, and one with a new name joins at the end (a sweep's env.NAME point, an experiment's variant)."""
+    names = {env_param_name(item) for item in extra}
+    return tuple(item for item in items if env_param_name(item) not in names) + tuple(extra)
+
+
 def env_params_of(env: "EnvConfig") -> tuple[str, ...]:
     """The training env's --env-params: the given list (which replaces the env family's), else the family's
     default (ENV_DEFAULTS "env_params"; none for most envs). `resolve` settles it; this also serves the unresolved

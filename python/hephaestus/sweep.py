@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hephaestus.config import (DATA_HYPERPARAMETERS, ConfigError, TrainConfig, env_params_of, options, parse_untyped,
-                               resolve)
+from hephaestus.config import (DATA_HYPERPARAMETERS, ConfigError, TrainConfig, env_params_of, options,
+                               overlay_env_params, parse_untyped, resolve)
 from hephaestus.export import network_meta, point_text, save_params_npz
 
 # The final training metrics the results report (mean and std over seeds), plus every eval/ and episode/ key a run
@@ -67,8 +67,8 @@ def point_config(base: TrainConfig, point: dict) -> TrainConfig:
     env = {k[len(ENV_PARAM_PREFIX):]: v for k, v in point.items() if k.startswith(ENV_PARAM_PREFIX)}
     config = base.replace(**{k: v for k, v in point.items() if not k.startswith(ENV_PARAM_PREFIX)})
     if env:
-        kept = tuple(item for item in env_params_of(base.env) if item.partition("=")[0].strip() not in env)
-        config = config.replace(env_params=kept + tuple(f"{k}={v}" for k, v in env.items()))
+        config = config.replace(env_params=overlay_env_params(env_params_of(base.env),
+                                                              [f"{k}={v}" for k, v in env.items()]))
     return config
 
 

@@ -29,12 +29,10 @@ from hephaestus.entry_points import require_this_checkout
 def training_env_params(meta: dict, extra: list[str]) -> list[str]:
     """The run's training `--env-params` (its stored list, else HackMatrix's default list) with `extra` laid over
     it by name: a name in `extra` replaces the stored item, a new one is added."""
-    from hephaestus.config import ENV_DEFAULTS
+    from hephaestus.config import ENV_DEFAULTS, overlay_env_params
 
     stored = (meta.get("config") or {}).get("env_params")
-    items = list(ENV_DEFAULTS["hackmatrix"]["env_params"] if stored is None else stored)
-    names = {item.partition("=")[0].strip() for item in extra}
-    return [item for item in items if item.partition("=")[0].strip() not in names] + list(extra)
+    return list(overlay_env_params(ENV_DEFAULTS["hackmatrix"]["env_params"] if stored is None else stored, extra))
 
 
 def shares_by_start_stage(advantage, start_stage) -> dict[int, dict]:
@@ -79,16 +77,14 @@ def main(argv=None) -> int:
     from hephaestus import networks as nets
     from hephaestus.envs.registry import EnvParamError, parse_env_params
     from hephaestus.ppo import gae
-    from hephaestus.watch import WatchError, load_agent, resolve_params_path
+    from hephaestus.watch import WatchError, load_agent, load_env, resolve_params_path
 
     try:
-        path = resolve_params_path(args.agent)
-        params, meta, env, network = load_agent(path)
+        params, meta, env, network = load_agent(resolve_params_path(args.agent))
         if env.spec.name != "hackmatrix":
             p.error(f"{args.agent} is a {env.spec.name} agent; this experiment plays HackMatrix")
-        extra = [item for item in args.env_params.split(",") if item.strip()]
-        items = training_env_params(meta, extra)
-        _, _, env, _ = load_agent(path, env_params=parse_env_params(items))
+        items = training_env_params(meta, [item for item in args.env_params.split(",") if item.strip()])
+        env = load_env(env.spec.name, **parse_env_params(items))  # its training env, as load_agent builds one
     except (WatchError, EnvParamError) as err:
         p.error(str(err))
     raw, env_params = env.raw_env, env.raw_params
