@@ -44,7 +44,8 @@ def test_base_inheritance_and_command_line_precedence(tmp_path):
 def test_presets_load_and_validate():
     presets = {name: resolve(load_config_file(os.path.join(ROOT, "configs", f"{name}.yaml")))[0]
                for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe",
-                            "hackmatrix-tpu-acquired2", "hackmatrix-tpu-noacquired", "deepsea-dtc", "deepsea-dreamer")}
+                            "hackmatrix-tpu-acquired2", "hackmatrix-tpu-noacquired", "hackmatrix-tpu-curr8scaled",
+                            "deepsea-dtc", "deepsea-dreamer")}
     cartpole = presets["cartpole"]  # PureJaxRL's settings
     assert (cartpole.env.num_envs, cartpole.env.num_steps, cartpole.env.total_timesteps) == (4, 128, 500_000)
     assert (cartpole.ppo.num_minibatches, cartpole.ppo.update_epochs, cartpole.ppo.lr, cartpole.ppo.ent_coef) == \
@@ -58,6 +59,14 @@ def test_presets_load_and_validate():
                                   "undo_across_stages=0", "program_acquired_coef=2", "program_acquired_at_clear=1")
     # The runs of "Acquisitions paid 2 on the clear at 1e8" name their own file: the shipped one since 5 Dec.
     assert presets["hackmatrix-tpu-acquired2"] == tpu
+    # The scaled late-start curriculum ("Why the late starts cost the early stages"): the file of 5 Dec plus the
+    # curriculum's six training items, nothing else.
+    curriculum, acquired2 = presets["hackmatrix-tpu-curr8scaled"], presets["hackmatrix-tpu-acquired2"]
+    assert curriculum.env.env_params == acquired2.env.env_params + (
+        "curriculum_share=0.25", "curriculum_max_stage=8", "curriculum_program_prob=0.02", "victory_bonus=100",
+        "victory_score_coef=0", "curriculum_reward_scale=1")
+    assert dataclasses.replace(curriculum, env=dataclasses.replace(
+        curriculum.env, env_params=acquired2.env.env_params)) == acquired2
     # The file from 2 Dec (evening) to 5 Dec, which "The default at the full budget" ran: the shipped file
     # less the two acquisition parameters, nothing else.
     unpaid = presets["hackmatrix-tpu-noacquired"]
@@ -77,7 +86,7 @@ def test_presets_load_and_validate():
     assert (tpu.ppo.num_minibatches, tpu.ppo.update_epochs) == (32, 2)  # auto-scaled
     # The frozen files name every value of HackMatrix's defaults themselves, so moving a default leaves their runs be.
     for frozen in ("hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe", "hackmatrix-tpu-acquired2",
-                   "hackmatrix-tpu-noacquired"):
+                   "hackmatrix-tpu-noacquired", "hackmatrix-tpu-curr8scaled"):
         raw = load_config_file(os.path.join(ROOT, "configs", f"{frozen}.yaml"))
         named = {"ent_coef": raw.ppo.ent_coef, "teacher": raw.ppo.teacher, "teacher_fraction": raw.ppo.teacher_fraction,
                  "encoder": raw.network.encoder, "hidden_dim": raw.network.hidden_dim,

@@ -1,5 +1,6 @@
 """scripts/experiments/hackmatrix_late_starts.py (games started on later stages, counted by the stage they began on)
-and hackmatrix_handoff.py (a scripted player takes over an agent's game from a stage on)."""
+and hackmatrix_handoff.py (a scripted player takes over an agent's game from a stage on), hackmatrix_advantage_shares.py
+(whose advantages fill a batch) and hackmatrix_undo_after_exit.py (UNDO on a stage's first step)."""
 import json
 import os
 import subprocess
@@ -154,4 +155,40 @@ def test_advantage_shares_quick_counts_steps_by_the_stage_their_game_began_on(un
     for bad_args, said in ((["--env-params", "no_such_param=1"], "no_such_param"), (["--envs", "0"], "--envs")):
         with pytest.raises(SystemExit) as exit_info:
             shares.main([str(path), *bad_args])
+        assert exit_info.value.code == 2 and said in capsys.readouterr().err
+
+
+UNDO_AFTER_EXIT = os.path.join(ROOT, "scripts", "experiments", "hackmatrix_undo_after_exit.py")
+
+
+def test_undo_after_exit_marks_the_step_after_an_exit_and_counts_only_where_undo_was_playable():
+    script = load_script(UNDO_AFTER_EXIT, "hackmatrix_undo_after_exit")
+    # one game lane, 5 steps: an exit at step 0 (1 -> 2), a death at step 2 (no exit), an exit at step 3 (2 -> 3),
+    # and a rise on a step that ended the game (a victory: not an exit into a stage)
+    before = np.array([[1], [2], [2], [2], [3]])
+    after = np.array([[2], [2], [2], [3], [4]])
+    done = np.array([[False], [False], [False], [False], [True]])
+    first = script.first_steps_after_exits(before, after, done)
+    assert first[:, 0].tolist() == [False, True, False, False, True]
+    playable = np.array([[True], [True], [True], [True], [False]])
+    chose = np.array([[True], [True], [False], [False], [True]])
+    prob = np.array([[0.9], [0.6], [0.1], [0.1], [0.2]])
+    row = script.summarise(first, playable, chose, prob)
+    assert row == pytest.approx({"stage_starts_after_exits": 2, "undo_playable": 1, "greedy_plays_undo": 1,
+                                 "share_played": 1.0, "mean_undo_prob": 0.6})
+
+
+def test_undo_after_exit_quick_run_writes_its_table_and_bad_input_is_one_line(untrained_agent, tmp_path, capsys):
+    script = load_script(UNDO_AFTER_EXIT, "hackmatrix_undo_after_exit")
+    path = untrained_agent[0]
+    out = tmp_path / "undo.json"
+    assert script.main([str(path), "--quick", "--env-params", "undo_across_stages=0", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    row = data["agents"][str(path)]
+    assert data["env_params"] == ["undo_across_stages=0"] and (data["games"], data["steps"]) == (16, 40)
+    assert 0 <= row["greedy_plays_undo"] <= row["undo_playable"] <= row["stage_starts_after_exits"]
+    assert "| agent |" in capsys.readouterr().out
+    for bad_args, said in ((["--env-params", "no_such_param=1"], "no_such_param"), (["--steps", "1"], "--steps")):
+        with pytest.raises(SystemExit) as exit_info:
+            script.main([str(path), *bad_args])
         assert exit_info.value.code == 2 and said in capsys.readouterr().err
