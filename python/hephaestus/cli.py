@@ -112,9 +112,10 @@ def given(args: argparse.Namespace) -> dict:
     return {name: value for name, value in vars(args).items() if name in table}
 
 
-def base_config(args: argparse.Namespace) -> TrainConfig:
-    """What the flags apply on top of in a fresh run: the defaults, or the --config file's."""
-    base = TrainConfig()
+def base_config(args: argparse.Namespace, under: TrainConfig | None = None) -> TrainConfig:
+    """What the flags apply on top of: `under` (default: the defaults; a resumed run's stored config), with the
+    --config file's values over it where one is given."""
+    base = TrainConfig() if under is None else under
     if getattr(args, "config", None):
         from hephaestus.config_files import load_config_file
 
@@ -133,17 +134,12 @@ def parse(argv=None) -> tuple[TrainConfig, object]:
     args = build_parser().parse_args(argv)
     resume_path = getattr(args, "resume", "")
     ckpt = None
-    if not resume_path:
-        base = base_config(args)
-    else:
+    if resume_path:
         from hephaestus.checkpoint import config_of, locate
 
         ckpt = locate(resume_path)
-        base = config_of(ckpt)  # the resolved config the checkpoint was trained with, in its own run folder
-        if args.config:
-            from hephaestus.config_files import load_config_file
-
-            base = load_config_file(args.config, base)
+    # a resumed run starts from the resolved config it was trained with, stored in its own run folder
+    base = base_config(args, None if ckpt is None else config_of(ckpt))
     flags = given(args)
     config = base.replace(**flags)
     if "env_params" in flags:  # the list under it: the same flags without it

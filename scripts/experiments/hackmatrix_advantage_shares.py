@@ -87,26 +87,24 @@ def main(argv=None) -> int:
         env = load_env(env.spec.name, **parse_env_params(items))  # its training env, as load_agent builds one
     except (WatchError, EnvParamError) as err:
         p.error(str(err))
-    raw, env_params = env.raw_env, env.raw_params
     config = meta.get("config") or {}
     gamma, gae_lambda = float(config.get("gamma", 0.99)), float(config.get("gae_lambda", 0.95))
 
-    def play(key):
+    def play(key):  # the training env's own adapted reset and auto-resetting step, as the rollout plays them
         key, reset_key = jax.random.split(key)
-        obs, state = jax.vmap(raw.reset_env, (0, None))(jax.random.split(reset_key, args.envs), env_params)
+        state, first = jax.vmap(env.reset)(jax.random.split(reset_key, args.envs))
 
         def step(carry, key):
-            state, obs = carry
+            state, obs, mask = carry
             act_key, step_key = jax.random.split(key)
-            action, _, _, value = nets.act(network, params, obs["obs"], obs["action_mask"], act_key)
-            next_obs, next_state, reward, terminated, truncated, info = jax.vmap(
-                lambda k, s, a: raw.step_and_reset(k, s, a, env_params))(
-                jax.random.split(step_key, args.envs), state, action)
-            _, next_value = network.apply(params, info["final_observation"]["obs"])
-            return (next_state, next_obs), (reward, value, next_value, terminated, terminated | truncated,
-                                            state.start_stage)
+            action, _, _, value = nets.act(network, params, obs, mask, act_key)
+            next_state, out = jax.vmap(env.step)(jax.random.split(step_key, args.envs), state, action)
+            _, next_value = network.apply(params, out.final_obs)
+            return (next_state, out.obs, out.action_mask), (out.reward, value, next_value, out.terminated,
+                                                            out.terminated | out.truncated, state.start_stage)
 
-        _, out = jax.lax.scan(step, (state, obs), jax.random.split(key, args.warmup + args.steps))
+        _, out = jax.lax.scan(step, (state, first.obs, first.action_mask),
+                              jax.random.split(key, args.warmup + args.steps))
         return jax.tree.map(lambda x: x[args.warmup:], out)
 
     reward, value, next_value, terminated, done, start_stage = jax.jit(play)(jax.random.PRNGKey(args.seed))

@@ -81,25 +81,25 @@ def main(argv=None) -> int:
 
     items = [item for item in args.env_params.split(",") if item.strip()]
 
-    def player(network, raw, env_params):
-        """The jitted greedy games `params -> per-step arrays [steps, games]` of one network and env."""
+    def player(network, env):
+        """The jitted greedy games `params -> per-step arrays [steps, games]` of one network and env (its adapted
+        reset and auto-resetting step, as evaluations and the rollout play them)."""
         def play(params, key):
             key, reset_key = jax.random.split(key)
-            obs, state = jax.vmap(raw.reset_env, (0, None))(jax.random.split(reset_key, args.games), env_params)
+            state, first = jax.vmap(env.reset)(jax.random.split(reset_key, args.games))
 
             def step(carry, key):
-                state, obs = carry
-                logits = masked_logits(network.apply(params, obs["obs"])[0], obs["action_mask"])
+                state, obs, mask = carry
+                logits = masked_logits(network.apply(params, obs)[0], mask)
                 action = jnp.argmax(logits, axis=-1).astype(jnp.int32)
                 undo_prob = jax.nn.softmax(logits, axis=-1)[:, A_UNDO]
-                next_obs, next_state, _, terminated, truncated, _ = jax.vmap(
-                    lambda k, s, a: raw.step_and_reset(k, s, a, env_params))(
-                    jax.random.split(key, args.games), state, action)
-                done = terminated | truncated  # a finished game's next state is a reset's: its stage is not an exit
-                return (next_state, next_obs), (state.stage, jnp.where(done, state.stage, next_state.stage), done,
-                                                obs["action_mask"][:, A_UNDO], action == A_UNDO, undo_prob)
+                next_state, out = jax.vmap(env.step)(jax.random.split(key, args.games), state, action)
+                done = out.terminated | out.truncated  # a finished game's next state is a reset's: not an exit
+                return (next_state, out.obs, out.action_mask), (
+                    state.stage, jnp.where(done, state.stage, next_state.stage), done, mask[:, A_UNDO],
+                    action == A_UNDO, undo_prob)
 
-            return jax.lax.scan(step, (state, obs), jax.random.split(key, args.steps))[1]
+            return jax.lax.scan(step, (state, first.obs, first.action_mask), jax.random.split(key, args.steps))[1]
 
         return jax.jit(play)
 
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
             p.error(f"{agent} is a {env.spec.name} agent; this experiment plays HackMatrix")
         shape = json.dumps(meta.get("network") or {}, sort_keys=True)
         if shape not in players:
-            players[shape] = player(network, env.raw_env, env.raw_params)
+            players[shape] = player(network, env)
         before, after, done, playable, chose, prob = players[shape](params, jax.random.PRNGKey(args.seed))
         rows[agent] = summarise(first_steps_after_exits(before, after, done), playable, chose, prob)
 
