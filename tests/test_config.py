@@ -45,6 +45,7 @@ def test_presets_load_and_validate():
     presets = {name: resolve(load_config_file(os.path.join(ROOT, "configs", f"{name}.yaml")))[0]
                for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe",
                             "hackmatrix-tpu-acquired2", "hackmatrix-tpu-noacquired", "hackmatrix-tpu-curr8scaled",
+                            "hackmatrix-tpu-curr8scaled-progs",
                             "deepsea-dtc", "deepsea-dreamer")}
     cartpole = presets["cartpole"]  # PureJaxRL's settings
     assert (cartpole.env.num_envs, cartpole.env.num_steps, cartpole.env.total_timesteps) == (4, 128, 500_000)
@@ -67,6 +68,11 @@ def test_presets_load_and_validate():
         "victory_score_coef=0", "curriculum_reward_scale=1")
     assert dataclasses.replace(curriculum, env=dataclasses.replace(
         curriculum.env, env_params=acquired2.env.env_params)) == acquired2
+    # The same with its program terms exempt from the scale ("Programs exempt from the scale"): one item more.
+    exempt = presets["hackmatrix-tpu-curr8scaled-progs"]
+    assert exempt.env.env_params == curriculum.env.env_params + ("curriculum_programs_unscaled=1",)
+    assert dataclasses.replace(exempt, env=dataclasses.replace(
+        exempt.env, env_params=curriculum.env.env_params)) == curriculum
     # The file from 2 Dec (evening) to 5 Dec, which "The default at the full budget" ran: the shipped file
     # less the two acquisition parameters, nothing else.
     unpaid = presets["hackmatrix-tpu-noacquired"]

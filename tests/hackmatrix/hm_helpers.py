@@ -15,11 +15,12 @@ PARAMS = ENV.default_params
 def _jstep():
     # The parameters a rule test varies, the training shaping terms (0 or off in the rules' game), are inputs of the
     # program rather than baked in, so their tests share this compiled step.
-    def step_env(k, s, a, acquired, played, at_clear, acquired_at_clear, reward_scale, undo_across):
+    def step_env(k, s, a, acquired, played, at_clear, acquired_at_clear, reward_scale, programs_unscaled,
+                 undo_across):
         return ENV.step_env(k, s, a, PARAMS.replace(
             program_acquired_coef=acquired, program_played_coef=played, program_played_at_clear=at_clear,
             program_acquired_at_clear=acquired_at_clear, curriculum_reward_scale=reward_scale,
-            undo_across_stages=undo_across))
+            curriculum_programs_unscaled=programs_unscaled, undo_across_stages=undo_across))
 
     return jax.jit(step_env)
 
@@ -74,23 +75,24 @@ def resets(n=96, seed=0):
 
 
 def step(state, action, seed=0, program_acquired_coef=0.0, program_played_coef=0.0, program_played_at_clear=False,
-         program_acquired_at_clear=False, curriculum_reward_scale=False, undo_across_stages=True):
+         program_acquired_at_clear=False, curriculum_reward_scale=False, curriculum_programs_unscaled=False,
+         undo_across_stages=True):
     """One step_env with the shared jitted function. Returns (obs, state, reward, term, info)."""
     return step_with_key(jax.random.key(seed), state, action, program_acquired_coef, program_played_coef,
                          program_played_at_clear, program_acquired_at_clear, curriculum_reward_scale,
-                         undo_across_stages)
+                         curriculum_programs_unscaled, undo_across_stages)
 
 
 def step_with_key(key, state, action, program_acquired_coef=0.0, program_played_coef=0.0,
                   program_played_at_clear=False, program_acquired_at_clear=False, curriculum_reward_scale=False,
-                  undo_across_stages=True):
+                  curriculum_programs_unscaled=False, undo_across_stages=True):
     """`step` with a given key (a raw uint32 key is wrapped: the same bits, so the same step)."""
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.wrap_key_data(key)
     return _jstep()(key, state, jnp.int32(action), jnp.float32(program_acquired_coef),
                     jnp.float32(program_played_coef), jnp.bool_(program_played_at_clear),
                     jnp.bool_(program_acquired_at_clear), jnp.bool_(curriculum_reward_scale),
-                    jnp.bool_(undo_across_stages))
+                    jnp.bool_(curriculum_programs_unscaled), jnp.bool_(undo_across_stages))
 
 
 def cell(r, c):

@@ -712,6 +712,34 @@ def test_program_played_shaping_pays_the_first_play_of_each_program_once_per_gam
     assert not np.asarray(s5.played).any()
 
 
+def test_curriculum_programs_unscaled_exempts_the_program_terms_of_a_late_start_from_the_scale():
+    """EnvParams.curriculum_programs_unscaled (training only): with curriculum_reward_scale, a late start's
+    programAcquired and programPlayed keep a fresh game's price while every other term is still divided by what
+    its first clear pays (T[4] = 16 for a start on stage 5); without the scale, or on a fresh game, it changes
+    nothing."""
+    C, P = 0.75, 1.5
+    s0 = make_state(player=(0, 0), exit=(5, 5), stage=5, credits=4, energy=5, owned=["WAIT"])
+    s1 = make_state(player=(0, 0), exit=(5, 5), stage=5, credits=2, siphons=1,
+                    blocks=[{"pos": (1, 0), "kind": "program", "program": "CRASH"}])
+    shaping = dict(program_played_coef=C, program_acquired_coef=P)
+    for start_stage in (1, 5):
+        late_play, late_siphon = (s.replace(start_stage=np.int32(start_stage)) for s in (s0, s1))
+        scale = 1.0 if start_stage == 1 else 1.0 / 16
+        for flags, program_scale in (({}, 1.0), (dict(curriculum_programs_unscaled=True), 1.0),
+                                     (dict(curriculum_reward_scale=True), scale),
+                                     (dict(curriculum_reward_scale=True, curriculum_programs_unscaled=True), 1.0)):
+            other_scale = scale if flags.get("curriculum_reward_scale") else 1.0
+            _, _, r, _, info = step(late_play, A["WAIT"], 1, **shaping, **flags)
+            check_sum(r, info)
+            assert terms(info)["programPlayed"] == pytest.approx(C * program_scale), (start_stage, flags)
+            assert terms(info)["step"] == pytest.approx(-0.01 * other_scale), (start_stage, flags)
+            _, got, r, _, info = step(late_siphon, SIPHON, 2, **shaping, **flags)
+            assert bool(np.asarray(got.owned)[A["CRASH"] - 5]), "the siphon acquired CRASH"
+            check_sum(r, info)
+            assert terms(info)["programAcquired"] == pytest.approx(P * program_scale), (start_stage, flags)
+            assert terms(info)["step"] == pytest.approx(-0.01 * other_scale), (start_stage, flags)
+
+
 def test_program_played_at_clear_pays_the_stage_s_first_plays_on_its_clear_and_forfeits_them_on_death():
     """EnvParams.program_played_at_clear (training shaping, not a rule): programPlayed pays a stage's first plays on
     the step that completes the stage, none on the play itself, and a game that ends before the clear forfeits

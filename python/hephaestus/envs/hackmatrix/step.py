@@ -240,7 +240,9 @@ def play(state, action, key, params):
     # A late start's rewards on the scale of a fresh game's (EnvParams.curriculum_reward_scale; 1 in the rules' game)
     late = jnp.asarray(params.curriculum_reward_scale, bool) & (state.start_stage > 1)
     scale = jnp.where(late, 1.0 / jnp.asarray(STAGE_REWARDS, f32)[jnp.clip(state.start_stage - 1, 0, 6)], 1.0)
-    terms = {k: jnp.where(valid, scale * jnp.asarray(terms[k], f32), jnp.float32(0.0)) for k in REWARD_TERMS}
+    program_scale = jnp.where(jnp.asarray(params.curriculum_programs_unscaled, bool), 1.0, scale)
+    scales = {k: program_scale if k in ("programAcquired", "programPlayed") else scale for k in REWARD_TERMS}
+    terms = {k: jnp.where(valid, scales[k] * jnp.asarray(terms[k], f32), jnp.float32(0.0)) for k in REWARD_TERMS}
     reward = jnp.float32(0.0)
     for k in REWARD_TERMS:
         reward = reward + terms[k]
