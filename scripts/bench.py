@@ -375,6 +375,7 @@ DEEPSEA_PROTOCOL = dict(num_envs=16, num_steps=32, updates_per_chunk=8, hidden_d
 
 # The default HackMatrix training workload at 2048 envs; its cases change one option each.
 HACKMATRIX_2048X128 = dict(env_name="hackmatrix", num_envs=2048, num_steps=128, updates_per_chunk=1)
+HACKMATRIX_64X128 = dict(env_name="hackmatrix", num_envs=64, num_steps=128, updates_per_chunk=2)
 
 
 # name -> (function, kwargs). Sizes keep the whole default run under ~5 minutes on 2 CPU cores.
@@ -455,6 +456,17 @@ CASES = {
                                                     updates_per_chunk=4)),
     "hackmatrix-ppo-64x32-seeds4": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=64, num_steps=32,
                                                            updates_per_chunk=4, num_seeds=4)),
+    # Every agent on HackMatrix at its CPU-sized default batch (64 envs x 128 steps), issue 21's cost per env step
+    # on a second env: PPO at the defaults (ego encoder, the collector teacher), PPO on the dreamers' own network
+    # (the MLP, no teacher: what --agent dreamer settles), PPO + DTC's bonus (replay ratio 1, and 0.25 as the
+    # exploration screen of specs/hackmatrix.md ran it), RND, and the two dreamers (replay ratio 1, horizon 15).
+    "hackmatrix-ppo-64x128": (bench_hephaestus, dict(HACKMATRIX_64X128)),
+    "hackmatrix-ppo-64x128-mlp": (bench_hephaestus, dict(HACKMATRIX_64X128, encoder="mlp", teacher="none")),
+    "hackmatrix-64x128-dtc": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="dtc")),
+    "hackmatrix-64x128-dtc-r025": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="dtc", dtc_replay_ratio=0.25)),
+    "hackmatrix-64x128-rnd": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="rnd")),
+    "hackmatrix-64x128-dreamer": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="dreamer")),
+    "hackmatrix-64x128-dreamer-dtc": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="dreamer-dtc")),
     "hackmatrix-ppo-2048x128-cells": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="cells")),
     "hackmatrix-ppo-2048x128-salience": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="salience")),
     "hackmatrix-ppo-2048x128-mlp": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp", teacher="exit-rush")),

@@ -159,6 +159,17 @@ def test_every_pipeline_case_builds_the_config_it_names():
             port_size.ppo.teacher) == ("mlp", 256, 2, "none")
     hackmatrix = make_training_env(bare.env).spec  # both leave the encoder "auto": settled, it is the name's ego
     assert resolve_encoder(bare, hackmatrix) == resolve_encoder(default, hackmatrix) == "ego"
+    agents = {name: (config.agent, config.env.num_envs, config.env.num_steps) for name, config in configs.items()
+              if name.startswith(("hackmatrix-ppo-64x128", "hackmatrix-64x128"))}  # issue 21's cost on HackMatrix
+    assert agents == {"hackmatrix-ppo-64x128": ("ppo", 64, 128), "hackmatrix-ppo-64x128-mlp": ("ppo", 64, 128),
+                      "hackmatrix-64x128-dtc": ("dtc", 64, 128), "hackmatrix-64x128-dtc-r025": ("dtc", 64, 128),
+                      "hackmatrix-64x128-rnd": ("rnd", 64, 128), "hackmatrix-64x128-dreamer": ("dreamer", 64, 128),
+                      "hackmatrix-64x128-dreamer-dtc": ("dreamer-dtc", 64, 128)}
+    like_dreamer = configs["hackmatrix-ppo-64x128-mlp"]  # PPO on the network the dreamers settle on HackMatrix
+    dreamer = configs["hackmatrix-64x128-dreamer"]
+    assert (like_dreamer.network.hidden_dim, like_dreamer.ppo.teacher) == (dreamer.network.hidden_dim, dreamer.ppo.teacher)
+    assert resolve_encoder(like_dreamer, hackmatrix) == resolve_encoder(dreamer, hackmatrix) == "mlp"
+    assert configs["hackmatrix-64x128-dtc-r025"].stages.dtc.replay_ratio == 0.25
     for name, config in configs.items():  # the DeepSea cases share the experiment's PPO settings
         if name.startswith("deepsea"):
             assert (config.env.num_envs, config.env.num_steps, config.ppo.num_minibatches, config.ppo.update_epochs,
