@@ -9,9 +9,7 @@ from hephaestus import networks as nets
 from hephaestus.config import ConfigError, TrainConfig, auto_scale_for_batch_size, resolve
 from hephaestus.envs.adapters import adapt_gymnax
 from hephaestus.loop import TrainingError, run
-from hephaestus import ppo
-from hephaestus.distributed import Sharder
-from hephaestus.ppo import CORE_METRICS, gae, make_train, resets_ahead, rollout_keys
+from hephaestus.ppo import CORE_METRICS, gae, make_train, rollout_keys
 from toy_envs import MaskBugBandit, MaskedBandit, RandomWalk
 
 # One worker runs this module, so its module fixture runs once (tests/conftest.py).
@@ -86,31 +84,6 @@ def test_the_rollout_draws_before_its_scan_the_keys_each_step_would_split_from_i
         np.testing.assert_array_equal(teacher_keys[t], jax.random.split(jax.random.fold_in(step_key, 2), envs))
     assert len({np.asarray(k).tobytes() for k in [*key_act, *env_keys.reshape(-1, 2)]}) == steps * (1 + envs)
     assert rollout_keys(key, steps, envs, teacher=False)[2] is None
-
-
-def test_resets_drawn_ahead_give_the_rollout_that_resets_drawn_per_step_give(walk, monkeypatch):
-    """Small envs' resets are drawn before the rollout's scan (ppo.resets_ahead); every stored number must be the
-    one the per-step resets give, episode starts included."""
-    assert walk.context.v_step_from_reset is not None
-    ahead = run_stages(walk, walk.runner_state, ["rollout"])
-    monkeypatch.setattr(ppo, "RESETS_AHEAD_BYTES", 0)
-    per_step = walk_trainer()
-    assert per_step.context.v_step_from_reset is None
-    batch = run_stages(per_step, per_step.runner_state, ["rollout"])
-    assert np.sum(batch["terminated"] | batch["truncated"]) >= 4  # episodes ended, so resets were taken
-    assert set(ahead) == set(batch)
-    for key in batch:
-        np.testing.assert_array_equal(ahead[key], batch[key], err_msg=key)
-
-
-def test_resets_are_drawn_ahead_only_where_the_env_resets_every_lane_and_they_are_small():
-    from hephaestus.envs.registry import make_env
-
-    env = walk_env()
-    assert resets_ahead(env, 16, 4, Sharder(None, 4, 16))
-    assert not resets_ahead(env, 128, 10**6, Sharder(None, 10**6, 128))  # T x N resets past RESETS_AHEAD_BYTES
-    hackmatrix = make_env("hackmatrix")  # generates levels only for the lanes that need one, in its own step
-    assert hackmatrix.auto_reset is None and not resets_ahead(hackmatrix, 16, 4, Sharder(None, 4, 16))
 
 
 def test_episode_ends_split_into_termination_and_truncation_and_resets_differ(walk):

@@ -60,9 +60,6 @@ class PPOContext:
     env: AdaptedEnv | None = None  # the rollout's env, and its reset and step vmapped over envs and jitted
     v_reset: Callable | None = None
     v_step: Callable | None = None
-    # With resets drawn ahead (`resets_ahead`): the env's AutoReset.step vmapped over envs, which takes each step's
-    # reset from the batch the rollout drew before its scan. None: every step draws its own (`v_step`).
-    v_step_from_reset: Callable | None = None
     stats: tuple = ()  # declared per-episode statistics (EnvSpec.episode_stats, episode_stats.py)
     # The env step's info["reward_terms"] keys -> reward/<key> metrics: read from the step's output shapes when the
     # rollout is first traced (rollout_metrics.reward_terms), not before, so a start whose chunk is read back from
@@ -139,39 +136,18 @@ def rollout_keys(key, num_steps: int, num_envs: int, teacher: bool):
     return key_act, env_keys, teacher_keys
 
 
-# Resets drawn ahead: at most this many bytes of reset states and observations for one rollout (T x N resets).
-RESETS_AHEAD_BYTES = 64 * 2**20
-
-
-def resets_ahead(env: AdaptedEnv, num_steps: int, num_envs: int, shard: Sharder) -> bool:
-    """Whether the rollout draws every step's reset before its scan (T x N resets in one batched call) instead of
-    one per step inside it. Only where that is the same work: the env's step resets every env on every step anyway
-    and selects where an episode ended (AdaptedEnv.auto_reset; not HackMatrix, which generates levels only for the
-    lanes that need one), the T x N resets fit in RESETS_AHEAD_BYTES (CartPole: 60 bytes each), and one device
-    runs the envs (with several, each steps its own envs in `shard.per_device`). The numbers are the same either
-    way; on small batches the per-step draws' threefry loops are a large share of each step (specs/speed.md)."""
-    if env.auto_reset is None or shard.active:
-        return False
-    shapes = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
-    per_env = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(shapes))
-    return num_steps * num_envs * per_env <= RESETS_AHEAD_BYTES
-
-
 def rollout_apply(ctx: PPOContext, key, train_state, batch, rs: RolloutState):
     network, storage, shard, params = ctx.network, ctx.storage, ctx.shard, train_state.params
 
-    def env_step(carry, step_inputs):
+    def env_step(carry, step_keys):
         rs, sums = carry
-        key_act, env_keys, resets, teacher_keys = step_inputs
+        key_act, env_keys, teacher_keys = step_keys
         # The policy acts on the observation as the batch stores it (identical for exact storage), so the
         # stored log-probabilities and values are those of the stored observations.
         stored_obs = storage.to_storage(rs.obs)
         env_action, action, log_prob, value = nets.act(network, params, storage.from_storage(stored_obs),
                                                        rs.action_mask, key_act, greedy=False)
-        if resets is None:  # each env draws its reset as it steps
-            env_state, step = ctx.v_step(shard.constrain_envs(env_keys), rs.env_state, env_action)
-        else:  # env_keys are the steps' halves, `resets` this step's row of the resets drawn ahead
-            env_state, step = ctx.v_step_from_reset(env_keys, resets, rs.env_state, env_action)
+        env_state, step = ctx.v_step(shard.constrain_envs(env_keys), rs.env_state, env_action)
         # Truncated episodes bootstrap from the critic's value of the observation they ended on. The critic
         # pass runs only on steps where some env truncated (a real branch: not under vmap).
         bootstrap = jax.lax.cond(
@@ -196,14 +172,9 @@ def rollout_apply(ctx: PPOContext, key, train_state, batch, rs: RolloutState):
                         episode_stats={k: jnp.where(done, 0.0, v) for k, v in ep_stats.items()})
         return (shard.constrain_state("rollout", rs), sums), shard.constrain_envs(transition)
 
-    key_act, env_keys, teacher_keys = rollout_keys(key, ctx.num_steps, ctx.num_envs, ctx.teacher is not None)
-    resets = None
-    if ctx.v_step_from_reset is not None:  # every step's reset drawn here, from the key the step would draw it with
-        env_keys, reset_keys = jax.vmap(jax.vmap(ctx.env.auto_reset.keys))(env_keys)
-        resets = jax.vmap(jax.vmap(ctx.env.reset))(reset_keys)
     sums = rollout_metrics.zero_sums(ctx.stats, ctx.reward_terms, ctx.action_groups)
     (rs, sums), batch = jax.lax.scan(env_step, (shard.constrain_state("rollout", rs), sums),
-                                     (key_act, env_keys, resets, teacher_keys))
+                                     rollout_keys(key, ctx.num_steps, ctx.num_envs, ctx.teacher is not None))
     batch["last_value"] = network.apply(params, rs.obs, method="value")
     if ctx.store_next_obs:  # the observation the next rollout starts from (intrinsic_critic's last next state)
         batch["last_obs"] = rs.obs.astype(jnp.float32)
@@ -417,8 +388,6 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead
     # to trace). Run op by op, a HackMatrix reset took 29 s of eager dispatch at start-up; compiled whole, 4 s.
     v_reset = jax.jit(jax.vmap(env.reset))
     v_step = jax.jit(shard.per_device(jax.vmap(env.step)))  # with several devices: each steps its own envs
-    v_step_from_reset = (jax.jit(jax.vmap(env.auto_reset.step))
-                         if resets_ahead(env, config.env.num_steps, num_envs, shard) else None)
     ctx = PPOContext(
         network=network, num_envs=num_envs, num_steps=config.env.num_steps, num_minibatches=config.ppo.num_minibatches,
         update_epochs=config.ppo.update_epochs, normalize_advantages=config.ppo.normalize_advantages,
@@ -426,7 +395,7 @@ def make_train(config: TrainConfig, env: AdaptedEnv | None = None, compile_ahead
         num_seeds=num_seeds, hyper=initial_hyper(config),
         # How the rollout buffer stores observations (--obs-dtype, obs_storage.py): the batch's largest array.
         storage=storage_for(config.network.obs_dtype, spec), shard=shard, env=env, v_reset=v_reset,
-        v_step=v_step, v_step_from_reset=v_step_from_reset, stats=spec.episode_stats,
+        v_step=v_step, stats=spec.episode_stats,
         reward_terms_probe=partial(rollout_metrics.reward_terms, v_reset, v_step, spec, num_envs),
         # Named action ranges (EnvSpec.action_groups, e.g. HackMatrix move/siphon/program).
         action_groups=tuple(getattr(spec, "action_groups", ())) if spec.discrete else (),

@@ -16,8 +16,7 @@ A gymnax-style env may offer `step_and_reset(key, state, action, params)`, with 
 gymnax's `Environment.step` (auto-reset included, `info["final_observation"]`) but cheaper under vmap than a
 reset for every lane plus a select; the adapter then uses it (HackMatrix's generates levels only for the lanes
 that need one). Everywhere else `step` is `step_no_reset` followed by a reset where the episode ended
-(`_with_auto_reset`), so the two steps are one step; `AdaptedEnv.auto_reset` hands those two pieces to a caller that
-draws the resets ahead (the rollout, where they are small: `ppo.resets_ahead`). `AdaptedEnv.presentation` is how tools show the env
+(`_with_auto_reset`), so the two steps are one step. `AdaptedEnv.presentation` is how tools show the env
 (envs/presentation.py).
 """
 
@@ -87,25 +86,6 @@ class EnvSpec:
 
 
 @dataclass(frozen=True)
-class AutoReset:
-    """An auto-resetting step in two pieces (`_with_auto_reset`): `keys(key) -> (key_step, key_reset)` and
-    `step(key_step, (reset_state, reset_step), state, action) -> (state, EnvStep)`, the step without reset followed
-    by the given reset where the episode ended."""
-
-    keys: Callable[[jax.Array], tuple[jax.Array, jax.Array]]
-    step: Callable[[jax.Array, tuple[Any, EnvStep], Any, jax.Array], tuple[Any, EnvStep]]
-
-    def composed(self, reset) -> Callable[[jax.Array, Any, jax.Array], tuple[Any, EnvStep]]:
-        """The one-key step `step(key, state, action)`, its reset drawn from `key` as it goes."""
-
-        def step(key, state, action):
-            key_step, key_reset = self.keys(key)
-            return self.step(key_step, reset(key_reset), state, action)
-
-        return step
-
-
-@dataclass(frozen=True)
 class AdaptedEnv:
     spec: EnvSpec
     reset: Callable[[jax.Array], tuple[Any, EnvStep]]
@@ -115,12 +95,6 @@ class AdaptedEnv:
     step_no_reset: Callable[[jax.Array, Any, jax.Array], tuple[Any, EnvStep]] | None = None
     raw_env: Any = None  # the underlying environment, for renderers and tools
     raw_params: Any = None
-    # How `step` auto-resets, for a caller that draws its resets ahead (the rollout, on envs whose resets are small:
-    # ppo.resets_ahead): `step(key, s, a)` is exactly `auto_reset.step(k_step, reset(k_reset), s, a)` with
-    # `k_step, k_reset = auto_reset.keys(key)`. None where the env resets inside its own step (HackMatrix's
-    # `step_and_reset`, which generates levels only for the lanes that need one). A wrapper that replaces `step`
-    # must replace this too, or clear it.
-    auto_reset: AutoReset | None = None
     # How tools show the env to a person (envs/presentation.py): the env's own declaration, else a generic one.
     presentation: Any = None
     # Optional: called once per run on the freshly reset, batched env states with a key drawn from the run's
@@ -195,26 +169,21 @@ def split_step_key(key):
     return jax.random.split(key)
 
 
-def _with_auto_reset(step_no_reset, split_key: bool = True) -> AutoReset:
-    """The auto-reset made of `step_no_reset` and a reset: where an episode ended, the state and `obs` (and its
-    mask) are the reset's, drawn with the second half of the split key (`split_key=False`: the step's own key, for
-    steps that take none); `final_obs` keeps the observation the episode ended on."""
+def _with_auto_reset(reset, step_no_reset, split_key: bool = True):
+    """The auto-resetting step made of `step_no_reset` and `reset`: where an episode ended, the state and `obs`
+    (and its mask) are a fresh reset's, drawn with the second half of the split key; `final_obs` keeps the
+    observation the episode ended on."""
 
-    def step(key_step, reset_out, state, action):
-        reset_state, first = reset_out
+    def step(key, state, action):
+        key_step, key_reset = split_step_key(key) if split_key else (key, key)
         next_state, out = step_no_reset(key_step, state, action)
+        reset_state, first = reset(key_reset)
         done = jnp.logical_or(out.terminated, out.truncated)
         return _select(done, reset_state, next_state), out.replace(
             obs=jax.lax.select(done, first.obs, out.obs), action_mask=jax.lax.select(done, first.action_mask,
                                                                                    out.action_mask))
 
-    def keys(key):  # a pair (a tuple, so that a vmap of it is a pair of batched keys)
-        if not split_key:
-            return key, key
-        pair = split_step_key(key)
-        return pair[0], pair[1]
-
-    return AutoReset(keys=keys, step=step)
+    return step
 
 
 def _probe_spec(name, reset_fn, discrete, action_dim, low=(), high=(), env=None) -> EnvSpec:
@@ -328,13 +297,10 @@ def adapt_gymnax(env, params, name: str, five_tuple: bool = False) -> AdaptedEnv
             new_obs, new_state, reward, terminated, truncated, info = env.step_and_reset(key, state, action, params)
             return new_state, _finish(spec, new_obs, reward, terminated, truncated, info["final_observation"],
                                       _info_extras(info, spec))
-        auto_reset = None
     else:
-        auto_reset = _with_auto_reset(step_no_reset)
-        step = auto_reset.composed(reset)
+        step = _with_auto_reset(reset, step_no_reset)
 
     return AdaptedEnv(spec=spec, reset=reset, step=step, step_no_reset=step_no_reset, raw_env=env, raw_params=params,
-                      auto_reset=auto_reset,
                       presentation=presentation_of(env, spec, gymnax_frames(env, params)),
                       scripted_policies=dict(getattr(env, "scripted_policies", None) or {}))  # state: the env's own
 
@@ -380,9 +346,8 @@ def adapt_jumanji(env, name: str) -> AdaptedEnv:
                                    _info_extras(timestep.extras or {}, spec))
 
     # jumanji's step takes no key: the reset after an episode gets the step's key itself
-    auto_reset = _with_auto_reset(step_no_reset, split_key=False)
-    return AdaptedEnv(spec=spec, reset=reset, step=auto_reset.composed(reset), step_no_reset=step_no_reset,
-                      raw_env=env, presentation=presentation_of(env, spec), auto_reset=auto_reset)
+    return AdaptedEnv(spec=spec, reset=reset, step=_with_auto_reset(reset, step_no_reset, split_key=False),
+                      step_no_reset=step_no_reset, raw_env=env, presentation=presentation_of(env, spec))
 
 
 def with_fixed_instance(env: AdaptedEnv, instance) -> AdaptedEnv:
@@ -434,11 +399,9 @@ def adapt_deepsea(size: int, stochastic: bool = False, name: str | None = None) 
         return out.replace(info={**out.info, "episode_stats": {"bad_episode": bad.astype(jnp.float32),
                                                                "treasure": treasure.astype(jnp.float32)}})
 
-    def step_from_reset(key_step, reset_out, state, action):  # the run's map kept across the auto-reset
-        new_state, out = base.auto_reset.step(key_step, reset_out, state, action)
+    def step(key, state, action):
+        new_state, out = base.step(key, state, action)
         return new_state.replace(action_mapping=state.action_mapping), with_stats(out, state, action)
-
-    auto_reset = AutoReset(keys=base.auto_reset.keys, step=step_from_reset)
 
     def step_no_reset(key, state, action):
         new_state, out = base.step_no_reset(key, state, action)
@@ -454,6 +417,5 @@ def adapt_deepsea(size: int, stochastic: bool = False, name: str | None = None) 
     def instance_of(states):  # every env of a run holds the same map: the first env's
         return states.action_mapping.reshape((-1, size, size))[0]
 
-    return dataclasses.replace(base, spec=spec, step=auto_reset.composed(base.reset), auto_reset=auto_reset,
-                               step_no_reset=step_no_reset, init_instance=init_instance,
+    return dataclasses.replace(base, spec=spec, step=step, step_no_reset=step_no_reset, init_instance=init_instance,
                                instance_of=instance_of, set_instance=set_instance)
