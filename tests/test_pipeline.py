@@ -9,7 +9,7 @@ from hephaestus import networks as nets
 from hephaestus.config import ConfigError, TrainConfig, auto_scale_for_batch_size, resolve
 from hephaestus.envs.adapters import adapt_gymnax
 from hephaestus.loop import TrainingError, run
-from hephaestus.ppo import CORE_METRICS, gae, make_train, rollout_keys
+from hephaestus.ppo import CORE_METRICS, gae, make_train
 from toy_envs import MaskBugBandit, MaskedBandit, RandomWalk
 
 # One worker runs this module, so its module fixture runs once (tests/conftest.py).
@@ -70,20 +70,6 @@ def test_each_transition_pairs_the_observation_with_its_action_logprob_and_value
     # Rewards are those of the transition (reward = position after the move).
     moved = obs[:, :, 0] + 2 * action - 1
     np.testing.assert_array_equal(batch["reward"], moved)
-
-
-def test_the_rollout_draws_before_its_scan_the_keys_each_step_would_split_from_its_own():
-    """The keys are made ahead for speed (specs/speed.md); each step's must be those the per-step splits give, so
-    that drawing them ahead changes no number of any run."""
-    key, steps, envs = jax.random.PRNGKey(3), 5, 4
-    key_act, env_keys, teacher_keys = rollout_keys(key, steps, envs, teacher=True)
-    for t, step_key in enumerate(jax.random.split(key, steps)):
-        act, env = jax.random.split(step_key)
-        np.testing.assert_array_equal(key_act[t], act)
-        np.testing.assert_array_equal(env_keys[t], jax.random.split(env, envs))
-        np.testing.assert_array_equal(teacher_keys[t], jax.random.split(jax.random.fold_in(step_key, 2), envs))
-    assert len({np.asarray(k).tobytes() for k in [*key_act, *env_keys.reshape(-1, 2)]}) == steps * (1 + envs)
-    assert rollout_keys(key, steps, envs, teacher=False)[2] is None
 
 
 def test_episode_ends_split_into_termination_and_truncation_and_resets_differ(walk):

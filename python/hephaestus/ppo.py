@@ -120,34 +120,19 @@ def rollout_init(ctx: PPOContext, key) -> RolloutState:
                         episode_stats=episode_stats.zeros(ctx.stats, zeros.shape, jnp))
 
 
-def rollout_keys(key, num_steps: int, num_envs: int, teacher: bool):
-    """Every key a rollout draws, made before its scan: per step the policy's key [T], the envs' keys [T, N] and
-    the teacher's [T, N] (None without one). They are the keys a step would split from its own key
-    (`split(key, T)`, then per step `split` into the policy's and the envs' halves, the latter `split` per env;
-    the teacher's a stream of its own, `fold_in(step key, 2)`), so drawing them here changes no number: it only
-    takes threefry's rolled loops out of the loop over steps, where on a small batch (CartPole at 4 envs) they
-    are a large share of each step's operations (specs/speed.md)."""
-    step_keys = jax.random.split(key, num_steps)
-    halves = jax.vmap(jax.random.split)(step_keys)  # [T, 2]: each step's policy key and envs' key
-    key_act, key_env = halves[:, 0], halves[:, 1]
-    env_keys = jax.vmap(lambda k: jax.random.split(k, num_envs))(key_env)
-    teacher_keys = (jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, 2), num_envs))(step_keys)
-                    if teacher else None)
-    return key_act, env_keys, teacher_keys
-
-
 def rollout_apply(ctx: PPOContext, key, train_state, batch, rs: RolloutState):
     network, storage, shard, params = ctx.network, ctx.storage, ctx.shard, train_state.params
 
-    def env_step(carry, step_keys):
+    def env_step(carry, step_key):
         rs, sums = carry
-        key_act, env_keys, teacher_keys = step_keys
+        key_act, key_env = jax.random.split(step_key)
         # The policy acts on the observation as the batch stores it (identical for exact storage), so the
         # stored log-probabilities and values are those of the stored observations.
         stored_obs = storage.to_storage(rs.obs)
         env_action, action, log_prob, value = nets.act(network, params, storage.from_storage(stored_obs),
                                                        rs.action_mask, key_act, greedy=False)
-        env_state, step = ctx.v_step(shard.constrain_envs(env_keys), rs.env_state, env_action)
+        env_state, step = ctx.v_step(shard.constrain_envs(jax.random.split(key_env, ctx.num_envs)), rs.env_state,
+                                     env_action)
         # Truncated episodes bootstrap from the critic's value of the observation they ended on. The critic
         # pass runs only on steps where some env truncated (a real branch: not under vmap).
         bootstrap = jax.lax.cond(
@@ -163,8 +148,9 @@ def rollout_apply(ctx: PPOContext, key, train_state, batch, rs: RolloutState):
                       "value": value, "reward": step.reward, "terminated": step.terminated,
                       "truncated": step.truncated, "bootstrap_value": bootstrap}
         if ctx.teacher is not None:  # what the scripted teacher would do in the state the action was chosen in
+            key_teacher = jax.random.fold_in(step_key, 2)  # a stream of its own: the other keys stay as without it
             transition["teacher_action"] = jax.vmap(ctx.teacher)(
-                rs.env_state, rs.action_mask, shard.constrain_envs(teacher_keys)).astype(jnp.int32)
+                rs.env_state, rs.action_mask, jax.random.split(key_teacher, ctx.num_envs)).astype(jnp.int32)
         if ctx.store_next_obs:  # the pre-reset observation the action led to (episode ends included)
             transition["next_obs"] = step.final_obs.astype(jnp.float32)
         rs = rs.replace(env_state=env_state, obs=step.obs, action_mask=step.action_mask,
@@ -174,7 +160,7 @@ def rollout_apply(ctx: PPOContext, key, train_state, batch, rs: RolloutState):
 
     sums = rollout_metrics.zero_sums(ctx.stats, ctx.reward_terms, ctx.action_groups)
     (rs, sums), batch = jax.lax.scan(env_step, (shard.constrain_state("rollout", rs), sums),
-                                     rollout_keys(key, ctx.num_steps, ctx.num_envs, ctx.teacher is not None))
+                                     jax.random.split(key, ctx.num_steps))
     batch["last_value"] = network.apply(params, rs.obs, method="value")
     if ctx.store_next_obs:  # the observation the next rollout starts from (intrinsic_critic's last next state)
         batch["last_obs"] = rs.obs.astype(jnp.float32)
