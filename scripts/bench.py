@@ -440,12 +440,16 @@ CASES = {
     "hackmatrix-random-2048": (bench_random_policy, dict(env_name="hackmatrix", num_envs=2048, steps_per_chunk=64)),
     # Defaults (configs/hackmatrix-tpu.yaml's: the ego encoder at half width, 128 and cell 8, and since 2 Dec the
     # exit-rush-collector teacher; the -h128c8 case below keeps the 29 Nov-2 Dec exit-rush-programs; exact uint8
-    # observation storage, R94's quirk off in training since 2 Dec, and programs acquired paid on the clear since 5 Dec:
-    # reward terms, no cost measured), then one option changed
+    # observation storage, R94's quirk off in training since 2 Dec, programs acquired paid on the clear since 5 Dec,
+    # and since 6 Dec the late-start curriculum, whose resets build stages 2-8: -acquired2 is the training env of
+    # 5-6 Dec, without it, to measure what it costs), then one option changed
     # each: the defaults of 27-29 Nov (-safe256: full width, exit-rush-safe), the one before (-mlp: MLP, exit-rush
     # teacher), the other encoders, float32 storage (the default before uint8). Issue 3's targets at 2048 x 128:
     # >= 18,000 env steps/s, peak < 2 GiB, compile < 15 s.
     "hackmatrix-ppo-2048x128": (bench_hephaestus, dict(HACKMATRIX_2048X128)),
+    "hackmatrix-ppo-2048x128-acquired2": (bench_hephaestus, dict(HACKMATRIX_2048X128, env_params=(
+        "program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1", "undo_across_stages=0",
+        "program_acquired_coef=2", "program_acquired_at_clear=1"))),
     "hackmatrix-ppo-2048x128-safe256": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="ego", hidden_dim=256,
                                                                cell_dim=16, teacher="exit-rush-safe")),
     "hackmatrix-ppo-8192x128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=8192, num_steps=128,

@@ -3,11 +3,13 @@ with stand-ins for wrappers.py's brax/navix imports, and reports its figures; a 
 and exit 2. The public HackMatrix port's case (--port-dir) likewise, with its own trainer. Stand-ins for ppo.py and
 the port keep the tests fast; the real comparisons are in specs/speed.md."""
 
+import dataclasses
 import os
 import subprocess
 import sys
 
 from hephaestus.config import resolve_encoder
+from hephaestus.config_files import load_config_file
 from hephaestus.envs.registry import make_training_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -154,6 +156,12 @@ def test_every_pipeline_case_builds_the_config_it_names():
     default, bare = configs["hackmatrix-ppo-2048x128"], configs["hackmatrix-ppo-2048x128-ego-noteacher"]
     assert (default.ppo.teacher, bare.ppo.teacher) == ("exit-rush-collector", "none")  # the defaults less their teacher
     assert (bare.network.hidden_dim, bare.network.cell_dim) == (default.network.hidden_dim, default.network.cell_dim)
+    # The training env of 5-6 Dec beside today's (what the late-start curriculum costs): configs/hackmatrix-tpu-
+    # acquired2.yaml's list, the rest the defaults.
+    acquired2 = configs["hackmatrix-ppo-2048x128-acquired2"]
+    frozen = load_config_file(os.path.join(ROOT, "configs", "hackmatrix-tpu-acquired2.yaml"))
+    assert acquired2.env.env_params == frozen.env.env_params != default.env.env_params
+    assert dataclasses.replace(acquired2, env=default.env) == default
     port_size = configs["hackmatrix-ppo-2048x128-mlp256"]  # the port's network size, set against its trainer
     assert (port_size.network.encoder, port_size.network.hidden_dim, port_size.network.num_layers,
             port_size.ppo.teacher) == ("mlp", 256, 2, "none")

@@ -45,7 +45,7 @@ def test_presets_load_and_validate():
     presets = {name: resolve(load_config_file(os.path.join(ROOT, "configs", f"{name}.yaml")))[0]
                for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe",
                             "hackmatrix-tpu-acquired2", "hackmatrix-tpu-noacquired", "hackmatrix-tpu-curr8scaled",
-                            "hackmatrix-tpu-curr8scaled-progs",
+                            "hackmatrix-tpu-curr8scaled-progs", "hackmatrix-tpu-curr8scaled-pa4",
                             "deepsea-dtc", "deepsea-dreamer")}
     cartpole = presets["cartpole"]  # PureJaxRL's settings
     assert (cartpole.env.num_envs, cartpole.env.num_steps, cartpole.env.total_timesteps) == (4, 128, 500_000)
@@ -57,9 +57,11 @@ def test_presets_load_and_validate():
     assert (tpu.ppo.teacher, tpu.ppo.teacher_fraction, tpu.network.encoder) == ("exit-rush-collector", 0.5, "ego")
     assert (tpu.network.hidden_dim, tpu.network.cell_dim) == (128, 8)  # the measured best run's
     assert tpu.env.env_params == ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1",
-                                  "undo_across_stages=0", "program_acquired_coef=2", "program_acquired_at_clear=1")
-    # The runs of "Acquisitions paid 2 on the clear at 1e8" name their own file: the shipped one since 5 Dec.
-    assert presets["hackmatrix-tpu-acquired2"] == tpu
+                                  "undo_across_stages=0", "program_acquired_coef=4", "program_acquired_at_clear=1",
+                                  "curriculum_share=0.25", "curriculum_max_stage=8", "curriculum_program_prob=0.02",
+                                  "victory_bonus=100", "victory_score_coef=0", "curriculum_reward_scale=1")
+    # The runs of "Acquisitions paid 4 with the scaled curriculum" name their own file: the shipped one since 6 Dec.
+    assert presets["hackmatrix-tpu-curr8scaled-pa4"] == tpu
     # The scaled late-start curriculum ("Why the late starts cost the early stages"): the file of 5 Dec plus the
     # curriculum's six training items, nothing else.
     curriculum, acquired2 = presets["hackmatrix-tpu-curr8scaled"], presets["hackmatrix-tpu-acquired2"]
@@ -73,11 +75,17 @@ def test_presets_load_and_validate():
     assert exempt.env.env_params == curriculum.env.env_params + ("curriculum_programs_unscaled=1",)
     assert dataclasses.replace(exempt, env=dataclasses.replace(
         exempt.env, env_params=curriculum.env.env_params)) == curriculum
-    # The file from 2 Dec (evening) to 5 Dec, which "The default at the issue's full budget" ran: the shipped file
+    # The shipped file since 6 Dec: the scaled curriculum with acquisitions paid 4 instead of 2, nothing else.
+    assert tpu.env.env_params == tuple("program_acquired_coef=4" if item == "program_acquired_coef=2" else item
+                                       for item in curriculum.env.env_params)
+    assert dataclasses.replace(curriculum, env=dataclasses.replace(
+        curriculum.env, env_params=tpu.env.env_params)) == tpu
+    # The file from 2 Dec (evening) to 5 Dec, which "The default at the issue's full budget" ran: the file of 5-6 Dec
     # less the two acquisition parameters, nothing else.
     unpaid = presets["hackmatrix-tpu-noacquired"]
-    assert tpu.env.env_params == unpaid.env.env_params + ("program_acquired_coef=2", "program_acquired_at_clear=1")
-    assert dataclasses.replace(unpaid, env=dataclasses.replace(unpaid.env, env_params=tpu.env.env_params)) == tpu
+    assert acquired2.env.env_params == unpaid.env.env_params + ("program_acquired_coef=2", "program_acquired_at_clear=1")
+    assert dataclasses.replace(unpaid, env=dataclasses.replace(unpaid.env, env_params=acquired2.env.env_params)) \
+        == acquired2
     # The file at 5e7 (2 Dec, until its budget doubled), which that section's commands name: only the budget differs
     # from the file of 2 Dec (evening).
     half = presets["hackmatrix-tpu-5e7"]
@@ -92,7 +100,7 @@ def test_presets_load_and_validate():
     assert (tpu.ppo.num_minibatches, tpu.ppo.update_epochs) == (32, 2)  # auto-scaled
     # The frozen files name every value of HackMatrix's defaults themselves, so moving a default leaves their runs be.
     for frozen in ("hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe", "hackmatrix-tpu-acquired2",
-                   "hackmatrix-tpu-noacquired", "hackmatrix-tpu-curr8scaled"):
+                   "hackmatrix-tpu-noacquired", "hackmatrix-tpu-curr8scaled", "hackmatrix-tpu-curr8scaled-pa4"):
         raw = load_config_file(os.path.join(ROOT, "configs", f"{frozen}.yaml"))
         named = {"ent_coef": raw.ppo.ent_coef, "teacher": raw.ppo.teacher, "teacher_fraction": raw.ppo.teacher_fraction,
                  "encoder": raw.network.encoder, "hidden_dim": raw.network.hidden_dim,
@@ -116,7 +124,9 @@ def test_hackmatrix_defaults_are_the_shipped_config_s_learning_settings():
                           c.network.hidden_dim, c.network.cell_dim, c.env.env_params)
     assert default.env.name == "hackmatrix" and learning(default) == learning(tpu)
     assert default.env.env_params == ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1",
-                                      "undo_across_stages=0", "program_acquired_coef=2", "program_acquired_at_clear=1")
+                                      "undo_across_stages=0", "program_acquired_coef=4", "program_acquired_at_clear=1",
+                                      "curriculum_share=0.25", "curriculum_max_stage=8", "curriculum_program_prob=0.02",
+                                      "victory_bonus=100", "victory_score_coef=0", "curriculum_reward_scale=1")
     parsed = lambda *argv: resolve(config_from_args(build_parser().parse_args(list(argv))))[0]
     assert parsed("--env-params", "distance_coef=0").env.env_params == ("distance_coef=0",)   # replaces
     assert parsed("--env-params", "").env.env_params == ()                                     # the rules' reward
@@ -126,7 +136,9 @@ def test_hackmatrix_defaults_are_the_shipped_config_s_learning_settings():
     for config in (TrainConfig(), default):
         params = make_training_env(config.env).raw_params
         assert (params.program_played_coef, params.siphon_death_penalty, params.program_played_at_clear,
-                params.program_acquired_coef, params.program_acquired_at_clear) == (10.0, 0.0, True, 2.0, True)
+                params.program_acquired_coef, params.program_acquired_at_clear, params.curriculum_share,
+                params.curriculum_max_stage, params.victory_bonus, params.curriculum_reward_scale) == \
+            (10.0, 0.0, True, 4.0, True, 0.25, 8, 100.0, True)
     assert make_training_env(parsed("--env-params", "").env).raw_params.siphon_death_penalty == 10.0
     # A run stored with the defaults before 29 Nov resumes with them, not with today's.
     old = parsed("--teacher", "exit-rush-safe", "--teacher-fraction", "1", "--hidden-dim", "256", "--cell-dim", "16",
@@ -144,11 +156,11 @@ def test_an_env_params_list_that_drops_the_list_under_it_says_so(monkeypatch, ca
     from hephaestus import checkpoint
 
     default = cfg.ENV_DEFAULTS["hackmatrix"]["env_params"]
-    config, _ = parse(["--env-params", "curriculum_share=0.25"])
-    assert config.env.env_params == ("curriculum_share=0.25",)
+    config, _ = parse(["--env-params", "distance_coef=0"])
+    assert config.env.env_params == ("distance_coef=0",)
     err = capsys.readouterr().err
     assert "no longer set: " + ",".join(default) in err and err.count("\n") == 1
-    for argv in (["--env-params", ",".join(default + ("curriculum_share=0.25",))], ["--lr", "1e-3"],
+    for argv in (["--env-params", ",".join(default + ("distance_coef=0",))], ["--lr", "1e-3"],
                  ["--env", "gymnax:CartPole-v1", "--env-params", "max_steps_in_episode=100"]):
         parse(argv)
         assert capsys.readouterr().err == "", argv
@@ -270,7 +282,7 @@ def test_resolve_settles_every_auto_once_and_is_idempotent():
     config, note = resolve(raw, hm)
     assert (config.ppo.ent_coef, config.network.hidden_dim, config.network.cell_dim) == (0.1, 128, 8)
     assert (config.ppo.teacher_fraction, config.env.env_params) == (0.5, cfg.ENV_DEFAULTS["hackmatrix"]["env_params"])
-    assert len(config.env.env_params) == 6
+    assert len(config.env.env_params) == 12
     assert (config.ppo.num_minibatches, config.ppo.update_epochs) == (32, 2) and note.startswith("auto-scale: batch")
     assert (config.network.encoder, config.network.obs_dtype) == ("mlp", "float32")  # DTC reads float observations
     assert config.extra_stages == cfg.DTC_STAGES and config.stages.dtc.competence_coef == 0.0
