@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from hephaestus.config import DTC_STAGES
+from hephaestus.config import DTC_STAGES, ConfigError
 from hephaestus.dtc import intrinsic as intr
 from hephaestus.dtc import replay as rp
 from hephaestus.dtc import rssm
@@ -51,12 +51,21 @@ class WorldModelState:
 
 
 def sizes_from(config, spec) -> rssm.RSSMSizes:
+    """The world model's sizes for this config and env. ConfigError where --dtc-encoder ego meets an env whose
+    observation does not declare a board around a player (EnvSpec.obs_cells and obs_board)."""
+    ego_layout = None
+    if config.stages.dtc.encoder == "ego":
+        if spec.obs_cells is None or spec.obs_board is None:
+            raise ConfigError(f"--dtc-encoder ego needs an env whose observation is a board around a player "
+                              f"(HackMatrix); {spec.name} declares none: use --dtc-encoder flat")
+        ego_layout = tuple(spec.obs_cells) + tuple(spec.obs_board)
     return rssm.RSSMSizes(obs_dim=spec.obs_dim, action_dim=spec.action_dim, discrete=spec.discrete,
                           deter=config.stages.dtc.deter_dim, groups=config.stages.dtc.stoch_groups,
                           classes=config.stages.dtc.stoch_classes, hidden=config.stages.dtc.hidden_dim,
                           unimix=config.stages.dtc.unimix, dtype=config.network.dtype,
                           mask_dim=spec.action_dim if spec.discrete and spec.has_action_mask else 0,
-                          prior_scale=config.stages.dtc.prior_scale, logvar_init=config.stages.dtc.logvar_init)
+                          prior_scale=config.stages.dtc.prior_scale, logvar_init=config.stages.dtc.logvar_init,
+                          ego_layout=ego_layout)
 
 
 def make_wm_optimizer(config):

@@ -55,6 +55,10 @@ class DTCOptions:
     dimension's error is weighed by exp(-logvar), thousands for dimensions the model already fits well; mse:
     DreamerV3's unit-variance squared error for the mean, and the variance fitted by the NLL to the stopped mean's
     residuals (novelty still reads it), so the reconstruction no longer drowns the reward and continuation heads"""
+    encoder: Literal["flat", "ego"] = "flat"
+    """what the world model's encoder reads. flat: the observation vector as it is; ego: on envs whose cells form a
+    board around a player (HackMatrix), the cells laid out on a window centred on the player, as PPO's --encoder
+    ego does; the decoder still reconstructs the flat observation"""
     wm_grad_clip: float = 100.0
     """per-member global-norm gradient clip"""
     replay_ratio: float = 1.0

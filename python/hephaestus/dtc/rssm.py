@@ -26,6 +26,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from hephaestus.networks import player_window
+
 LOGVAR_MIN, LOGVAR_MAX = -10.0, 4.0
 
 
@@ -53,6 +55,10 @@ class RSSMSizes:
     # The decoder's log-variance starts at this (a small predicted variance), so an untrained ensemble's
     # disagreement is not hidden under a large aleatoric term; training then fits the variance to the residuals.
     logvar_init: float = -8.0
+    # The encoder's input: None reads the flat observation; (flat, cells, channels, rows, cols, row_feature,
+    # col_feature) reads it laid out around the player (`ego_view`, --dtc-encoder ego). The decoder and every
+    # prediction stay in the flat observation's layout.
+    ego_layout: tuple[int, ...] | None = None
 
     @property
     def stoch(self) -> int:
@@ -135,6 +141,8 @@ class RSSM(nn.Module):
     # --- pieces, each usable on its own (vmap/scan-friendly) ---------------------------------------
 
     def encode(self, obs):
+        if self.sizes.ego_layout is not None:
+            obs = ego_view(obs, self.sizes.ego_layout)
         return self.encoder(symlog(obs))
 
     def _logits(self, raw):
@@ -182,6 +190,20 @@ class RSSM(nn.Module):
     def mask_logits(self, h, z_flat):
         """Logit, per action, that the env allows it in state (h, z) (sizes.mask_dim > 0 only)."""
         return self.mask_head(jnp.concatenate([h, z_flat], -1))
+
+
+def ego_view(obs, layout):
+    """[..., flat + cells * channels] -> [..., flat + window * channels]: the flat features, then each cell's channels
+    laid out on the (2 rows - 1) x (2 cols - 1) window centred on the player (`networks.player_window`), zeros where
+    the window leaves the board. Input k then always means "this channel at this offset from the player"; on
+    HackMatrix a reward such as "the cell I step to holds the exit" reads fixed inputs, where the flat layout makes
+    a network first find the player (specs/dreamer.md, "What the world model reads")."""
+    flat, cells, channels, rows, cols, row_feature, col_feature = layout
+    board = obs[..., flat:].reshape(obs.shape[:-1] + (cells, channels))
+    board = jnp.concatenate([board, jnp.zeros(board.shape[:-2] + (1, channels), board.dtype)], -2)  # off the board
+    slots = player_window(obs, (rows, cols, row_feature, col_feature))
+    window = jnp.take_along_axis(board, slots[..., None], axis=-2)
+    return jnp.concatenate([obs[..., :flat], window.reshape(obs.shape[:-1] + (-1,))], -1)
 
 
 def sample_latent(key, logits):
