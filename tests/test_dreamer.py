@@ -295,10 +295,12 @@ def test_dreamer_hackmatrix_probe_quick_reads_every_replayed_transition(tmp_path
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "experiments",
                           "dreamer_hackmatrix_probe.py")
     proc = subprocess.run([sys.executable, script, "--quick", "--out", str(tmp_path / "p"), "--",
-                           "--dtc-logvar-init", "-2"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                           "--dtc-logvar-init", "-2", "--dtc-encoder", "ego"], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads((tmp_path / "p.json").read_text())
     assert data["world_model"]["logvar_init"] == -2.0  # flags after -- reach the trained config
+    assert data["world_model"]["encoder"] == "ego"  # and the board-around-the-player encoder trains in the pipeline
     # 2 updates of 8 envs x 16 steps, cut into sequences of 16: 16 sequences, 256 transitions, each scored once
     assert data["updates"] == 2 and data["replay"]["sequences"] == 16
     heads = data["reward_head"]
@@ -311,6 +313,28 @@ def test_dreamer_hackmatrix_probe_quick_reads_every_replayed_transition(tmp_path
     bad = subprocess.run([sys.executable, script, "--quick", "--", "--dtc-stoch-groups", "0"], capture_output=True,
                          text=True, timeout=300, cwd=tmp_path)
     assert bad.returncode != 0 and "stoch" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.heavy
+def test_dreamer_hackmatrix_offline_quick_scores_a_world_model_on_held_out_games(tmp_path):
+    """scripts/experiments/dreamer_hackmatrix_offline.py: 8 lanes x 64 steps of the teacher's play, 2 held out; one
+    world-model member with the board-around-the-player encoder scored at 5 and 10 gradient steps on the 128
+    held-out transitions, against the direct reward MLP and ridge on the true input."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "experiments",
+                          "dreamer_hackmatrix_offline.py")
+    proc = subprocess.run([sys.executable, script, "--quick", "--encoder", "ego", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((tmp_path / "o.json").read_text())
+    assert data["data"]["transitions"] == 8 * 64 and data["args"]["encoder"] == "ego"
+    assert [p["steps"] for p in data["points"]] == [5, 10]
+    for point in data["points"]:
+        assert 0 < point["decoder_err_over_var"] < 10 and -1 <= point["reward_corr"] <= 1 and point["kl"] >= 0
+        assert 0 <= point["cont_elsewhere"] <= 1
+    assert data["mlp_on_obs_and_action_reward_corr"] is not None  # the reference was fitted
+    bad = subprocess.run([sys.executable, script, "--quick", "--seq-len", "60"], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert bad.returncode != 0 and "multiple of --seq-len" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_boredom_experiment_reads_dream_lengths_time_and_the_evaluation_from_a_run(tmp_path):

@@ -3,6 +3,7 @@
 Sizes are tiny on purpose (2-core CI); each test compiles at most one small program.
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -72,8 +73,6 @@ def test_stacked_parameters_have_an_ensemble_axis_and_members_differ(ensemble):
 
 
 def test_logvar_init_sets_the_decoders_starting_variance_from_the_config():
-    import dataclasses
-
     from hephaestus.dtc.agent import sizes_from
     from hephaestus.envs.adapters import EnvSpec
 
@@ -130,6 +129,42 @@ def test_recon_loss_option_reaches_the_world_model_loss(ensemble):
     assert float(mse_total - nll_total) > 0.5 * float(nll_stats["wm/recon_mse"]) > 0
     config = TrainConfig().replace(dtc_recon_loss="mse")
     assert config.stages.dtc.recon_loss == "mse" and TrainConfig().stages.dtc.recon_loss == "nll"
+
+
+def test_ego_view_lays_the_board_out_around_the_player_and_the_option_reaches_the_encoder():
+    """--dtc-encoder ego: the encoder reads each cell's channels at its offset from the player (a 3 x 3 board, 2
+    channels, the player's row and column in flat features 0 and 1 as fractions of rows - 1), zeros off the board;
+    the flat features first, unchanged. The option reaches the model's sizes and its encoder's input width, and an
+    env without a board refuses it in one line."""
+    from hephaestus.dtc.agent import sizes_from
+    from hephaestus.envs.adapters import EnvSpec
+
+    layout = (2, 9, 2, 3, 3, 0, 1)  # flat 2, 9 cells x 2 channels, a 3 x 3 board, player row/col in features 0, 1
+    board = np.arange(18, dtype=np.float32).reshape(9, 2) + 1.0  # cell c holds (2c + 1, 2c + 2)
+    views = {}
+    for row, col in ((0, 0), (1, 1), (2, 1)):
+        obs = np.concatenate([[row / 2, col / 2], board.ravel()]).astype(np.float32)
+        view = np.asarray(rssm.ego_view(jnp.asarray(obs), layout))
+        assert view.shape == (2 + 25 * 2,) and np.array_equal(view[:2], obs[:2])
+        window = view[2:].reshape(5, 5, 2)  # offsets -2..2 in rows and columns, the player at the centre
+        for d_row in range(-2, 3):
+            for d_col in range(-2, 3):
+                r, c = row + d_row, col + d_col
+                expected = board[r * 3 + c] if 0 <= r < 3 and 0 <= c < 3 else np.zeros(2, np.float32)
+                assert np.array_equal(window[d_row + 2, d_col + 2], expected), (row, col, d_row, d_col)
+        views[row, col] = view
+    assert not np.array_equal(views[0, 0], views[1, 1])  # the layout follows the player
+    spec = EnvSpec(name="board", obs_dim=20, action_dim=2, discrete=True, obs_cells=(2, 9, 2),
+                   obs_board=(3, 3, 0, 1))
+    assert sizes_from(TrainConfig(), spec).ego_layout is None  # flat is the default
+    sizes = sizes_from(TrainConfig().replace(dtc_encoder="ego"), spec)
+    assert sizes.ego_layout == layout
+    params = rssm.init_ensemble(rssm.RSSM(dataclasses.replace(SIZES, **{
+        k: getattr(sizes, k) for k in ("obs_dim", "ego_layout")})), jax.random.PRNGKey(0), 1)
+    assert params["params"]["encoder"]["Dense_0"]["kernel"].shape[1] == 2 + 25 * 2  # reads the view, not 20 inputs
+    with pytest.raises(ConfigError, match="--dtc-encoder ego needs an env whose observation is a board"):
+        sizes_from(TrainConfig().replace(dtc_encoder="ego"), EnvSpec(name="toy", obs_dim=3, action_dim=2,
+                                                                      discrete=True))
 
 
 def test_posterior_reads_the_observation_prior_does_not_and_imagination_needs_no_observation(ensemble):

@@ -14,7 +14,8 @@ held-out games (other envs of the same collection) teacher-forced through the po
 * the continuation head at episode ends and elsewhere;
 * KL(posterior || prior) per step (what the posterior tells the model beyond its prediction).
 
-A ridge regression of the reward on the raw (symlog obs, action) of the same split is the reference for the reward.
+The references for the reward head: a ridge regression and an MLP (2 x 256) fitted to the reward on the true input
+(symlog of what the encoder reads, and the action) of the same split, with no world model in between.
 
     python scripts/experiments/dreamer_hackmatrix_offline.py --steps 1000,4000,16000 [--deter 64 --hidden 64 ...]
     python scripts/experiments/dreamer_hackmatrix_offline.py --quick          # a smoke run (the test suite's)
@@ -80,6 +81,7 @@ def main(argv=None) -> int:
 
     env = make_env("hackmatrix", **parse_env_params(args.env_params))
     spec = env.spec
+    layout = tuple(spec.obs_cells) + tuple(spec.obs_board) if args.encoder == "ego" else None  # --dtc-encoder
     teacher = env.scripted_policy(args.teacher)
     key = jax.random.PRNGKey(args.seed)
 
@@ -125,7 +127,7 @@ def main(argv=None) -> int:
     sizes = rssm.RSSMSizes(obs_dim=spec.obs_dim, action_dim=spec.action_dim, discrete=spec.discrete, deter=args.deter,
                            groups=args.groups, classes=args.classes, hidden=args.hidden, logvar_init=args.logvar_init,
                            mask_dim=spec.action_dim if spec.has_action_mask else 0,
-                           ego_layout=tuple(spec.obs_cells) + tuple(spec.obs_board) if args.encoder == "ego" else None)
+                           ego_layout=layout)
     model = rssm.RSSM(sizes)
     key, k_init = jax.random.split(key)
     params = jax.tree.map(lambda x: x[0], rssm.init_ensemble(model, k_init, 1))
@@ -170,7 +172,8 @@ def main(argv=None) -> int:
     target_var = float(np.mean(np.var(np.sign(held["obs"]) * np.log1p(np.abs(held["obs"])), axis=(0, 1))))
     real_r, ends = held["reward"], held["done"].astype(bool)
     large = real_r >= 0.9
-    features = np.concatenate([np.sign(data["obs"]) * np.log1p(np.abs(data["obs"])),
+    read = np.asarray(rssm.ego_view(jnp.asarray(data["obs"]), layout)) if layout else data["obs"]  # what the encoder reads
+    features = np.concatenate([np.sign(read) * np.log1p(np.abs(read)),
                                np.eye(spec.action_dim, dtype=np.float32)[data["action"]]], -1)
     reference = ridge_corr(windows_flat(features), windows_flat(data["reward"]),
                            cut=train_lanes * args.length)  # fitted on the training lanes, scored on the held-out
@@ -178,7 +181,7 @@ def main(argv=None) -> int:
                              args.reference_steps, args.seed) if args.reference_steps else None
     report = {"args": vars(args), "data": summary, "ridge_on_obs_and_action_reward_corr": reference,
               "mlp_on_obs_and_action_reward_corr": direct, "points": []}
-    print(f"reward from (symlog obs, action) on the held-out lanes: ridge corr {reference}, "
+    print(f"reward from (symlog {args.encoder} obs, action) on the held-out lanes: ridge corr {reference}, "
           f"MLP 2 x 256 ({args.reference_steps} steps) corr {direct}", flush=True)
 
     carry, done_steps, t_train = ((params, opt_state), key), 0, 0.0

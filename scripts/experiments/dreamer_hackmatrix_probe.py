@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     report = {"flags": flags + extra, "updates": config.num_updates, "train_s": round(time.perf_counter() - t0, 1),
               # what the run used, read back from its config
               "world_model": {"deter": dtc.deter_dim, "hidden": dtc.hidden_dim, "stoch": [dtc.stoch_groups,
-                              dtc.stoch_classes], "logvar_init": dtc.logvar_init, "replay_ratio": dtc.replay_ratio,
+                              dtc.stoch_classes], "logvar_init": dtc.logvar_init, "encoder": dtc.encoder, "replay_ratio": dtc.replay_ratio,
                               "gradient_steps": config.num_updates * dtc.wm_steps(config.batch_size)}}
     tenths = lambda x: [round(float(np.mean(c)), 4) for c in np.array_split(np.asarray(x), min(10, len(x)))]
     for name in sorted(metrics):
