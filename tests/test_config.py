@@ -46,7 +46,7 @@ def test_presets_load_and_validate():
                for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe",
                             "hackmatrix-tpu-acquired2", "hackmatrix-tpu-noacquired", "hackmatrix-tpu-curr8scaled",
                             "hackmatrix-tpu-curr8scaled-progs", "hackmatrix-tpu-curr8scaled-pa4",
-                            "deepsea-dtc", "deepsea-dreamer")}
+                            "deepsea-dtc", "deepsea-dreamer", "hackmatrix-dreamer")}
     cartpole = presets["cartpole"]  # PureJaxRL's settings
     assert (cartpole.env.num_envs, cartpole.env.num_steps, cartpole.env.total_timesteps) == (4, 128, 500_000)
     assert (cartpole.ppo.num_minibatches, cartpole.ppo.update_epochs, cartpole.ppo.lr, cartpole.ppo.ent_coef) == \
@@ -109,6 +109,21 @@ def test_presets_load_and_validate():
         assert all(v is not None and v != "auto" for v in named.values()), (frozen, named)
     assert presets["deepsea-dtc"].extra_stages == cfg.DTC_STAGES
     assert presets["deepsea-dreamer"].extra_stages == cfg.DREAMER_STAGES
+    assert presets["hackmatrix-dreamer"].extra_stages == cfg.DREAMER_STAGES
+
+
+def test_hackmatrix_dreamer_config_file_trains_what_the_measured_row_ran():
+    """configs/hackmatrix-dreamer.yaml is the 1e6 row it cites (specs/dreamer.md): the run's command line, less its
+    seeds, evaluation and logging flags, resolves to the same config: the world model reading the board around the
+    player with the mse decoder fit, range advantages, entropy 0.1, HackMatrix's env, network and PPO defaults."""
+    shipped = resolve(load_config_file(os.path.join(ROOT, "configs", "hackmatrix-dreamer.yaml")))[0]
+    measured = resolve(parse(["--env", "hackmatrix", "--agent", "dreamer", "--total-timesteps", "1e6",
+                              "--dreamer-entropy", "0.1", "--dreamer-advantage-norm", "range",
+                              "--dtc-recon-loss", "mse", "--dtc-encoder", "ego"])[0])[0]
+    assert (shipped.stages.dtc.encoder, shipped.stages.dtc.recon_loss) == ("ego", "mse")
+    assert shipped.stages.dtc == measured.stages.dtc and shipped.stages.dreamer == measured.stages.dreamer
+    assert shipped.env == measured.env and shipped.network == measured.network and shipped.ppo == measured.ppo
+    assert shipped.num_updates == measured.num_updates == 123  # 1e6 rounded up to whole updates of 64 x 128
 
 
 def test_hackmatrix_defaults_are_the_shipped_config_s_learning_settings():
