@@ -103,6 +103,16 @@ def player_window(obs, obs_board):
     return jnp.where(on_board, r * cols + c, rows * cols)
 
 
+def around_player(cells, off_board, stored_obs, obs_board):
+    """cells [..., rows * cols, D] (row-major) -> [..., window, D]: the cells laid out on the (2 rows - 1) x (2 cols - 1)
+    window centred on the player (`player_window`), `off_board` [D] in the slots the window leaves the board. The
+    one layout of PPO's ego encoder (cell embeddings, a learned off-board value) and the world model's (dtc/rssm.py
+    `ego_view`: raw channels, zeros)."""
+    off_board = jnp.broadcast_to(off_board.astype(cells.dtype), cells.shape[:-2] + (1, cells.shape[-1]))
+    cells = jnp.concatenate([cells, off_board], axis=-2)
+    return jnp.take_along_axis(cells, player_window(stored_obs, obs_board)[..., None], axis=-2)
+
+
 class EgoEncoder(nn.Module):
     """[..., flat + cells * channels] -> [..., flat + window * cell_dim]: each cell embedded as in CellEncoder
     (`embed_cells`), then the embeddings laid out on the (2 rows - 1) x (2 cols - 1) window centred on the player
@@ -121,9 +131,7 @@ class EgoEncoder(nn.Module):
     def __call__(self, x, stored_obs):
         emb = embed_cells(x, self.obs_cells, self.cell_dim, self.activation, self.dtype)
         off_board = self.param("off_board", nn.initializers.normal(1.0), (self.cell_dim,), jnp.float32)
-        emb = jnp.concatenate([emb, jnp.broadcast_to(off_board.astype(emb.dtype), emb.shape[:-2] + (1, self.cell_dim))],
-                              axis=-2)
-        window = jnp.take_along_axis(emb, player_window(stored_obs, self.obs_board)[..., None], axis=-2)
+        window = around_player(emb, off_board, stored_obs, self.obs_board)
         return jnp.concatenate([x[..., :self.obs_cells[0]].astype(window.dtype), window.reshape(x.shape[:-1] + (-1,))],
                                axis=-1)
 

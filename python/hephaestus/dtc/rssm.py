@@ -26,7 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hephaestus.networks import player_window
+from hephaestus.networks import around_player
 
 LOGVAR_MIN, LOGVAR_MAX = -10.0, 4.0
 
@@ -194,15 +194,13 @@ class RSSM(nn.Module):
 
 def ego_view(obs, layout):
     """[..., flat + cells * channels] -> [..., flat + window * channels]: the flat features, then each cell's channels
-    laid out on the (2 rows - 1) x (2 cols - 1) window centred on the player (`networks.player_window`), zeros where
-    the window leaves the board. Input k then always means "this channel at this offset from the player"; on
-    HackMatrix a reward such as "the cell I step to holds the exit" reads fixed inputs, where the flat layout makes
-    a network first find the player (specs/dreamer.md, "What the world model reads")."""
+    laid out on the (2 rows - 1) x (2 cols - 1) window centred on the player (`networks.around_player`, PPO's ego
+    encoder's layout), zeros where the window leaves the board. Input k then always means "this channel at this offset
+    from the player"; on HackMatrix a reward such as "the cell I step to holds the exit" reads fixed inputs, where the
+    flat layout makes a network first find the player (specs/dreamer.md, "What the world model reads")."""
     flat, cells, channels, rows, cols, row_feature, col_feature = layout
     board = obs[..., flat:].reshape(obs.shape[:-1] + (cells, channels))
-    board = jnp.concatenate([board, jnp.zeros(board.shape[:-2] + (1, channels), board.dtype)], -2)  # off the board
-    slots = player_window(obs, (rows, cols, row_feature, col_feature))
-    window = jnp.take_along_axis(board, slots[..., None], axis=-2)
+    window = around_player(board, jnp.zeros((channels,), board.dtype), obs, (rows, cols, row_feature, col_feature))
     return jnp.concatenate([obs[..., :flat], window.reshape(obs.shape[:-1] + (-1,))], -1)
 
 
