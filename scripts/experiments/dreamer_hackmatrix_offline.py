@@ -76,12 +76,23 @@ def main(argv=None) -> int:
     import numpy as np
     import optax
 
+    from hephaestus.config import TrainConfig
+    from hephaestus.dtc import replay as rp
     from hephaestus.dtc import rssm
+    from hephaestus.dtc.agent import make_wm_optimizer, sizes_from
     from hephaestus.envs.registry import make_env, parse_env_params
 
     env = make_env("hackmatrix", **parse_env_params(args.env_params))
     spec = env.spec
-    layout = tuple(spec.obs_cells) + tuple(spec.obs_board) if args.encoder == "ego" else None  # --dtc-encoder
+    # The world model as a dreamer run configures it (its --dtc-* options), so sizes, optimizer and loss weights
+    # are the pipeline's own (dtc/agent.py), not a copy.
+    config = TrainConfig().replace(
+        env="hackmatrix", agent="dreamer", dtc_deter_dim=args.deter, dtc_hidden_dim=args.hidden,
+        dtc_stoch_groups=args.groups, dtc_stoch_classes=args.classes, dtc_logvar_init=args.logvar_init,
+        dtc_head_loss_scale=args.head_scale, dtc_recon_loss=args.recon_loss, dtc_encoder=args.encoder,
+        dtc_free_bits=args.free_bits, dtc_kl_rep=args.kl_rep, dtc_wm_lr=args.lr)
+    dtc = config.stages.dtc
+    sizes = sizes_from(config, spec)
     teacher = env.scripted_policy(args.teacher)
     key = jax.random.PRNGKey(args.seed)
 
@@ -124,20 +135,15 @@ def main(argv=None) -> int:
     print("data:", json.dumps(summary), flush=True)
 
     # --- the model and its training, as the dreamer's world-model stage has them --------------------------------
-    sizes = rssm.RSSMSizes(obs_dim=spec.obs_dim, action_dim=spec.action_dim, discrete=spec.discrete, deter=args.deter,
-                           groups=args.groups, classes=args.classes, hidden=args.hidden, logvar_init=args.logvar_init,
-                           mask_dim=spec.action_dim if spec.has_action_mask else 0,
-                           ego_layout=layout)
     model = rssm.RSSM(sizes)
     key, k_init = jax.random.split(key)
     params = jax.tree.map(lambda x: x[0], rssm.init_ensemble(model, k_init, 1))
-    tx = optax.chain(optax.clip_by_global_norm(100.0), optax.adam(args.lr, eps=1e-8))
+    tx = make_wm_optimizer(config)
     opt_state = tx.init(params)
     count = train["obs"].shape[0]
 
-    def to_seq(idx, train):
-        seq = {k: jnp.swapaxes(v[idx], 0, 1) for k, v in train.items()}
-        return {**seq, "first": jnp.concatenate([jnp.ones_like(seq["done"][:1]), seq["done"][:-1]], 0)}
+    def to_seq(idx, train):  # the replay's draw: time-major, a zero state at each sequence's start
+        return rp.with_first_flags({k: jnp.swapaxes(v[idx], 0, 1) for k, v in train.items()})
 
     def train_steps(carry, n, train):  # the training data an argument, not a constant folded into the program
         def one(carry, key):
@@ -145,8 +151,8 @@ def main(argv=None) -> int:
             k_idx, k_loss = jax.random.split(key)
             seq = to_seq(jax.random.randint(k_idx, (args.batch,), 0, count), train)
             (_, stats), grads = jax.value_and_grad(
-                lambda q: rssm.member_loss(model, q, seq, k_loss, args.free_bits, 0.5, args.kl_rep, args.head_scale,
-                                           args.recon_loss), has_aux=True)(params)
+                lambda q: rssm.member_loss(model, q, seq, k_loss, dtc.free_bits, dtc.kl_dyn, dtc.kl_rep,
+                                           dtc.head_loss_scale, dtc.recon_loss), has_aux=True)(params)
             updates, opt_state = tx.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), stats
 
@@ -155,7 +161,7 @@ def main(argv=None) -> int:
         (params, opt_state), stats = jax.lax.scan(one, (params, opt_state), jax.random.split(sub, n))
         return ((params, opt_state), key), jax.tree.map(jnp.mean, stats)
 
-    first_held = np.concatenate([np.ones_like(held["done"][:1]), held["done"][:-1]], 0)
+    first_held = rp.with_first_flags(held)["first"]  # each held-out lane filtered whole, from a zero state
 
     @jax.jit
     def score(params, key, held, first_held):  # the held-out games are arguments: as constants XLA would fold them
@@ -169,11 +175,12 @@ def main(argv=None) -> int:
         return {"sq_err": jnp.mean((target - mean) ** 2), "reward": jnp.mean(rssm.symexp(reward), 0),
                 "cont": jnp.mean(jax.nn.sigmoid(cont), 0), "kl": jnp.mean(kl)}
 
-    target_var = float(np.mean(np.var(np.sign(held["obs"]) * np.log1p(np.abs(held["obs"])), axis=(0, 1))))
+    target_var = float(np.mean(np.var(np.asarray(rssm.symlog(held["obs"])), axis=(0, 1))))
     real_r, ends = held["reward"], held["done"].astype(bool)
     large = real_r >= 0.9
+    layout = sizes.ego_layout
     read = np.asarray(rssm.ego_view(jnp.asarray(data["obs"]), layout)) if layout else data["obs"]  # what the encoder reads
-    features = np.concatenate([np.sign(read) * np.log1p(np.abs(read)),
+    features = np.concatenate([np.asarray(rssm.symlog(read)),
                                np.eye(spec.action_dim, dtype=np.float32)[data["action"]]], -1)
     reference = ridge_corr(windows_flat(features), windows_flat(data["reward"]),
                            cut=train_lanes * args.length)  # fitted on the training lanes, scored on the held-out
@@ -230,8 +237,9 @@ def mlp_reward_corr(x, y, cut, steps, seed, batch=256, width=256):
     import optax
     from flax import linen as nn
 
+    from hephaestus.dtc.rssm import symexp, symlog
+
     net = nn.Sequential([nn.Dense(width), nn.silu, nn.Dense(width), nn.silu, nn.Dense(1)])
-    symlog = lambda v: jnp.sign(v) * jnp.log1p(jnp.abs(v))
     xs, ys = jnp.asarray(x[:cut], jnp.float32), jnp.asarray(y[:cut], jnp.float32)
     key = jax.random.PRNGKey(seed)
     params = net.init(key, xs[:1])
@@ -246,8 +254,7 @@ def mlp_reward_corr(x, y, cut, steps, seed, batch=256, width=256):
 
     (params, _), _ = jax.jit(lambda c, k: jax.lax.scan(step, c, k))((params, tx.init(params)),
                                                                      jax.random.split(key, steps))
-    pred = np.asarray(jax.jit(lambda q, v: jnp.sign(o := net.apply(q, v)[:, 0]) * jnp.expm1(jnp.abs(o)))(
-        params, jnp.asarray(x[cut:], jnp.float32)))
+    pred = np.asarray(jax.jit(lambda q, v: symexp(net.apply(q, v)[:, 0]))(params, jnp.asarray(x[cut:], jnp.float32)))
     return round(float(np.corrcoef(pred, y[cut:])[0, 1]), 4) if y[cut:].std() > 0 and pred.std() > 0 else None
 
 
