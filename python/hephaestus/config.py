@@ -735,9 +735,9 @@ def fill_auto(config: TrainConfig, values: dict) -> TrainConfig:
     return config.replace(**{name: value for name, value in values.items() if table[name].get(config) is None})
 
 
-def _undeclared_structure(encoder: str, spec) -> str | None:
+def undeclared_structure(encoder: str, spec) -> str | None:
     """What `encoder` reads that the env (`spec`) does not declare, or None: obs_cells for the encoders of cells,
-    and obs_board as well for ego."""
+    and obs_board as well for ego (the network's --encoder, and the world model's --dtc-encoder ego)."""
     if encoder in CELL_ENCODERS and not getattr(spec, "obs_cells", None):
         return "obs_cells (flat, cells, channels)"
     if encoder == "ego" and not getattr(spec, "obs_board", None):
@@ -753,8 +753,8 @@ def resolve_encoder(config: TrainConfig, spec) -> str:
         # The dreamers' actor also reads decoded (imagined) observations, whose player features are not exact
         # cell coordinates: they keep the MLP they were measured with.
         default = "mlp" if learns_by_dreaming(config) else env_defaults(config.env.name)["encoder"]
-        return "mlp" if _undeclared_structure(default, spec) else default
-    missing = _undeclared_structure(encoder, spec)
+        return "mlp" if undeclared_structure(default, spec) else default
+    missing = undeclared_structure(encoder, spec)
     if missing:
         fallback = "cells or mlp" if missing.startswith("obs_board") else "mlp"
         raise ConfigError(f"--encoder {encoder} needs an env that declares {missing}; {config.env.name} does not "

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from hephaestus.config import DTC_STAGES, ConfigError
+from hephaestus.config import DTC_STAGES, ConfigError, undeclared_structure
 from hephaestus.dtc import intrinsic as intr
 from hephaestus.dtc import replay as rp
 from hephaestus.dtc import rssm
@@ -55,9 +55,10 @@ def sizes_from(config, spec) -> rssm.RSSMSizes:
     observation does not declare a board around a player (EnvSpec.obs_cells and obs_board)."""
     ego_layout = None
     if config.stages.dtc.encoder == "ego":
-        if spec.obs_cells is None or spec.obs_board is None:
+        missing = undeclared_structure("ego", spec)  # the check of the network's --encoder ego
+        if missing:
             raise ConfigError(f"--dtc-encoder ego needs an env whose observation is a board around a player "
-                              f"(HackMatrix); {spec.name} declares none: use --dtc-encoder flat")
+                              f"(HackMatrix); {spec.name} declares no {missing}: use --dtc-encoder flat")
         ego_layout = tuple(spec.obs_cells) + tuple(spec.obs_board)
     return rssm.RSSMSizes(obs_dim=spec.obs_dim, action_dim=spec.action_dim, discrete=spec.discrete,
                           deter=config.stages.dtc.deter_dim, groups=config.stages.dtc.stoch_groups,
