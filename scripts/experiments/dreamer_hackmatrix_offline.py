@@ -182,10 +182,10 @@ def main(argv=None) -> int:
     read = np.asarray(rssm.ego_view(jnp.asarray(data["obs"]), layout)) if layout else data["obs"]  # what the encoder reads
     features = np.concatenate([np.asarray(rssm.symlog(read)),
                                np.eye(spec.action_dim, dtype=np.float32)[data["action"]]], -1)
-    reference = ridge_corr(windows_flat(features), windows_flat(data["reward"]),
-                           cut=train_lanes * args.length)  # fitted on the training lanes, scored on the held-out
-    direct = mlp_reward_corr(windows_flat(features), windows_flat(data["reward"]), train_lanes * args.length,
-                             args.reference_steps, args.seed) if args.reference_steps else None
+    inputs, targets = windows_flat(features), windows_flat(data["reward"])  # lane by lane: the training lanes first
+    reference = ridge_corr(inputs, targets, cut=train_lanes * args.length)  # scored on the held-out lanes
+    direct = mlp_reward_corr(inputs, targets, train_lanes * args.length, args.reference_steps,
+                             args.seed) if args.reference_steps else None
     report = {"args": vars(args), "data": summary, "ridge_on_obs_and_action_reward_corr": reference,
               "mlp_on_obs_and_action_reward_corr": direct, "points": []}
     print(f"reward from (symlog {args.encoder} obs, action) on the held-out lanes: ridge corr {reference}, "
