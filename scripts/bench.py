@@ -471,6 +471,17 @@ CASES = {
     "hackmatrix-64x128-rnd": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="rnd")),
     "hackmatrix-64x128-dreamer": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="dreamer")),
     "hackmatrix-64x128-dreamer-dtc": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="dreamer-dtc")),
+    # The dreamer of the 2e7 comparison (configs/hackmatrix-dreamer-2e7.yaml: 512 envs, replay ratio 1/16, the ego
+    # world model) against PPO at the same env batch (HackMatrix's defaults at 512 x 128); PPO's own 2e7 row ran
+    # hackmatrix-ppo-2048x128's config (configs/hackmatrix-tpu.yaml).
+    "hackmatrix-512x128-dreamer-2e7": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=512, num_steps=128,
+                                                             updates_per_chunk=1,
+                                                             config_file="configs/hackmatrix-dreamer-2e7.yaml")),
+    "hackmatrix-512x128-dreamer-dtc-2e7": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=512, num_steps=128,
+                                                                 updates_per_chunk=1, agent="dreamer-dtc",
+                                                                 config_file="configs/hackmatrix-dreamer-2e7.yaml")),
+    "hackmatrix-ppo-512x128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=512, num_steps=128,
+                                                      updates_per_chunk=1)),
     "hackmatrix-ppo-2048x128-cells": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="cells")),
     "hackmatrix-ppo-2048x128-salience": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="salience")),
     "hackmatrix-ppo-2048x128-mlp": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp", teacher="exit-rush")),

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from hephaestus.config import resolve_encoder
+from hephaestus.config import resolve, resolve_encoder
 from hephaestus.config_files import load_config_file
 from hephaestus.envs.registry import make_training_env
 
@@ -178,6 +178,13 @@ def test_every_pipeline_case_builds_the_config_it_names():
     assert (like_dreamer.network.hidden_dim, like_dreamer.ppo.teacher) == (dreamer.network.hidden_dim, dreamer.ppo.teacher)
     assert resolve_encoder(like_dreamer, hackmatrix) == resolve_encoder(dreamer, hackmatrix) == "mlp"
     assert configs["hackmatrix-64x128-dtc-r025"].stages.dtc.replay_ratio == 0.25
+    dreamer_2e7, ppo_512 = configs["hackmatrix-512x128-dreamer-2e7"], configs["hackmatrix-ppo-512x128"]
+    shipped_2e7 = load_config_file(os.path.join(ROOT, "configs", "hackmatrix-dreamer-2e7.yaml"))
+    assert dreamer_2e7.stages == resolve(shipped_2e7)[0].stages and dreamer_2e7.agent == "dreamer"
+    assert (dreamer_2e7.batch_size, ppo_512.batch_size, ppo_512.agent) == (512 * 128, 512 * 128, "ppo")
+    dtc_2e7 = configs["hackmatrix-512x128-dreamer-dtc-2e7"]  # the same with the ensemble's novelty in imagination
+    assert (dtc_2e7.agent, dtc_2e7.stages.dtc.ensemble_size, dtc_2e7.stages.dreamer.novelty_coef) == ("dreamer-dtc", 5, 1.0)
+    assert dataclasses.replace(dtc_2e7.stages.dtc, ensemble_size=1) == dreamer_2e7.stages.dtc
     for name, config in configs.items():  # the DeepSea cases share the experiment's PPO settings
         if name.startswith("deepsea"):
             assert (config.env.num_envs, config.env.num_steps, config.ppo.num_minibatches, config.ppo.update_epochs,

@@ -46,7 +46,7 @@ def test_presets_load_and_validate():
                for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe",
                             "hackmatrix-tpu-acquired2", "hackmatrix-tpu-noacquired", "hackmatrix-tpu-curr8scaled",
                             "hackmatrix-tpu-curr8scaled-progs", "hackmatrix-tpu-curr8scaled-pa4",
-                            "deepsea-dtc", "deepsea-dreamer", "hackmatrix-dreamer")}
+                            "deepsea-dtc", "deepsea-dreamer", "hackmatrix-dreamer", "hackmatrix-dreamer-2e7")}
     cartpole = presets["cartpole"]  # PureJaxRL's settings
     assert (cartpole.env.num_envs, cartpole.env.num_steps, cartpole.env.total_timesteps) == (4, 128, 500_000)
     assert (cartpole.ppo.num_minibatches, cartpole.ppo.update_epochs, cartpole.ppo.lr, cartpole.ppo.ent_coef) == \
@@ -110,6 +110,7 @@ def test_presets_load_and_validate():
     assert presets["deepsea-dtc"].extra_stages == cfg.DTC_STAGES
     assert presets["deepsea-dreamer"].extra_stages == cfg.DREAMER_STAGES
     assert presets["hackmatrix-dreamer"].extra_stages == cfg.DREAMER_STAGES
+    assert presets["hackmatrix-dreamer-2e7"].extra_stages == cfg.DREAMER_STAGES
 
 
 def test_hackmatrix_dreamer_config_file_trains_what_the_measured_row_ran():
@@ -124,6 +125,50 @@ def test_hackmatrix_dreamer_config_file_trains_what_the_measured_row_ran():
     assert shipped.stages.dtc == measured.stages.dtc and shipped.stages.dreamer == measured.stages.dreamer
     assert shipped.env == measured.env and shipped.network == measured.network and shipped.ppo == measured.ppo
     assert shipped.num_updates == measured.num_updates == 123  # 1e6 rounded up to whole updates of 64 x 128
+    # The 2e7 file is the 2e7 row's command line: the same world model and actor-critic, 512 envs, a sixteenth of
+    # the replay, and a replay of two rollouts.
+    at_2e7 = resolve(load_config_file(os.path.join(ROOT, "configs", "hackmatrix-dreamer-2e7.yaml")))[0]
+    measured = resolve(parse(["--config", os.path.join(ROOT, "configs", "hackmatrix-dreamer.yaml"), "--num-envs", "512",
+                              "--dtc-replay-ratio", "0.0625", "--dtc-replay-capacity", "8192",
+                              "--total-timesteps", "2e7"])[0])[0]
+    assert at_2e7 == dataclasses.replace(measured, run=dataclasses.replace(measured.run, run_name=at_2e7.run.run_name))
+    assert at_2e7.stages.dreamer == shipped.stages.dreamer and at_2e7.network == shipped.network
+    assert (at_2e7.env.num_envs, at_2e7.num_updates, at_2e7.stages.dtc.wm_steps(at_2e7.batch_size)) == (512, 306, 16)
+
+
+def test_the_dreamers_take_hackmatrix_s_measured_settings_by_default_and_flags_and_old_checkpoints_keep_theirs():
+    """Left auto, a dreamer on HackMatrix gets the world model and actor-critic settings of its measured row
+    (DREAMER_ENV_DEFAULTS: ego encoder, mse decoder fit, entropy 0.1, range advantages), so the plain command trains
+    what configs/hackmatrix-dreamer.yaml names; other envs, and the agents that do not dream, keep the values every
+    earlier result used; a flag wins; a checkpoint stored before the options had env defaults resumes as it ran."""
+    from hephaestus.checkpoint import stored_config
+    from hephaestus.dtc.options import DREAMER_FALLBACK_DEFAULTS, DREAMER_ENV_DEFAULTS
+
+    def settled(*argv):
+        config = resolve(parse(list(argv))[0])[0]
+        dtc, dreamer = config.stages.dtc, config.stages.dreamer
+        return {"dtc_encoder": dtc.encoder, "dtc_recon_loss": dtc.recon_loss, "dreamer_entropy": dreamer.entropy,
+                "dreamer_advantage_norm": dreamer.advantage_norm}
+
+    hackmatrix = DREAMER_ENV_DEFAULTS["hackmatrix"]
+    assert hackmatrix != DREAMER_FALLBACK_DEFAULTS
+    assert settled("--env", "hackmatrix", "--agent", "dreamer") == settled("--env", "hackmatrix", "--agent",
+                                                                           "dreamer-dtc") == hackmatrix
+    shipped = resolve(load_config_file(os.path.join(ROOT, "configs", "hackmatrix-dreamer.yaml")))[0]
+    plain = resolve(parse(["--env", "hackmatrix", "--agent", "dreamer", "--total-timesteps", "1e6"])[0])[0]
+    assert plain == dataclasses.replace(shipped, run=plain.run)  # the file names the defaults
+    for argv in (("--env", "hackmatrix", "--agent", "dtc"), ("--env", "hackmatrix"),
+                 ("--env", "gymnax:CartPole-v1", "--agent", "dreamer"), ("--env", "deepsea:10", "--agent", "dreamer")):
+        assert settled(*argv) == DREAMER_FALLBACK_DEFAULTS, argv
+    flags = settled("--env", "hackmatrix", "--agent", "dreamer", "--dtc-encoder", "flat", "--dreamer-entropy", "0.01")
+    assert flags == {**hackmatrix, "dtc_encoder": "flat", "dreamer_entropy": 0.01}
+    old = resolve(TrainConfig().replace(env="hackmatrix", agent="dreamer"))[0].to_dict()
+    for name in DREAMER_FALLBACK_DEFAULTS:  # a checkpoint of 5 Dec: none of these fields stored
+        old.pop(name)
+    restored = stored_config(old, "test")
+    assert (restored.stages.dtc.encoder, restored.stages.dtc.recon_loss, restored.stages.dreamer.entropy,
+            restored.stages.dreamer.advantage_norm) == ("flat", "nll", 3e-4, "batch")
+    assert resolve(restored)[0].stages.dtc.encoder == "flat"  # resolving a stored config does not re-default it
 
 
 def test_hackmatrix_defaults_are_the_shipped_config_s_learning_settings():

@@ -83,7 +83,7 @@ def test_dreams_need_no_observation_and_all_members_take_the_same_actions(parts)
 @pytest.mark.parametrize("symlog_critic", [False, True])
 def test_the_actor_critic_loss_sends_no_gradient_into_the_world_model(parts, symlog_critic):
     model, wm_params, network, ac_params, seq = parts
-    opts = DreamerOptions(entropy=1e-2, symlog_critic=symlog_critic)
+    opts = DreamerOptions(entropy=1e-2, advantage_norm="batch", symlog_critic=symlog_critic)
 
     def loss(ac, wm):
         traj, final_obs = imagine_from_replay(model, network, wm, ac, seq, jax.random.PRNGKey(6), 5, False)
@@ -145,7 +145,7 @@ def test_lambda_returns_bootstrap_from_the_critic_or_its_slow_copy(parts, bootst
     model, wm_params, network, ac_params, seq = parts
     traj, final_obs = imagine_from_replay(model, network, wm_params, ac_params, seq, jax.random.PRNGKey(6), 5, False)
     slow = _shift_value(ac_params, 3.0)  # a slow critic that differs from the critic
-    opts = DreamerOptions(bootstrap=bootstrap)
+    opts = DreamerOptions(bootstrap=bootstrap, entropy=3e-4, advantage_norm="batch")
     _, (_, returns) = actor_critic_loss(network, ac_params, slow, traj, final_obs, traj["reward"], jnp.float32(0.0),
                                         HYPER, opts)
     source = ac_params if bootstrap == "critic" else slow

@@ -128,7 +128,9 @@ def test_recon_loss_option_reaches_the_world_model_loss(ensemble):
     assert float(mse_stats["wm/recon_nll"]) == pytest.approx(float(nll_stats["wm/recon_nll"]), rel=1e-6)
     assert float(mse_total - nll_total) > 0.5 * float(nll_stats["wm/recon_mse"]) > 0
     config = TrainConfig().replace(dtc_recon_loss="mse")
-    assert config.stages.dtc.recon_loss == "mse" and TrainConfig().stages.dtc.recon_loss == "nll"
+    assert config.stages.dtc.recon_loss == "mse" and TrainConfig().stages.dtc.recon_loss is None  # auto
+    with pytest.raises(ValueError, match="recon_loss"):  # an auto never settled is refused, not read as mse
+        loss(None)
 
 
 def test_ego_view_lays_the_board_out_around_the_player_and_the_option_reaches_the_encoder():
@@ -483,7 +485,7 @@ def tiny_world_model(**changes):
                          dtc_ensemble_size=3, dtc_deter_dim=16, dtc_stoch_groups=4, dtc_stoch_classes=4,
                          dtc_hidden_dim=32, dtc_seq_len=4, dtc_wm_batch=4, dtc_replay_capacity=16,
                          dtc_frontier_window=8, **{"dtc_replay_ratio": 16.0, **changes})
-    resolve(config)
+    config = resolve(config)[0]  # the autos settled (the recon loss: nll, the world model's off HackMatrix)
     spec = EnvSpec(name="chain", obs_dim=5, discrete=True, action_dim=2)
     model, init, train = make_world_model(config, spec)
     return config, model, init, jax.jit(train)

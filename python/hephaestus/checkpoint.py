@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hephaestus.dtc.options import DREAMER_FALLBACK_DEFAULTS
+
 STATE, META = "state", "meta"
 EPISODE_STAT_PREFIX = "stages.rollout.episode_stats."  # where the running episode statistics live in the state
 
@@ -192,8 +194,10 @@ FORMAT = "hephaestus-checkpoint-v1"
 # update_epochs were stored resolved beside them; stage_options became the stage families' own options).
 RETIRED_OPTIONS = ("user_set_minibatches", "user_set_epochs", "stage_options")
 # What an option means when a checkpoint predates it: runs before --encoder/--obs-dtype were float32 MLPs, runs
-# before --teacher had none (HackMatrix's default teacher must not join a resumed older run).
-STORED_CONFIG_DEFAULTS = {"encoder": "mlp", "obs_dtype": "float32", "teacher": "none"}
+# before --teacher had none (HackMatrix's default teacher must not join a resumed older run), world models before
+# --dtc-encoder read the flat observation (and the dreamer options' values before they had env defaults are
+# DREAMER_FALLBACK_DEFAULTS, which stored configs since then hold anyway).
+STORED_CONFIG_DEFAULTS = {"encoder": "mlp", "obs_dtype": "float32", "teacher": "none", **DREAMER_FALLBACK_DEFAULTS}
 
 
 def check_saved_config(where: str, meta: dict) -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from hephaestus.dtc.options import DREAMER_STAGES, DTC_STAGES
+from hephaestus.dtc.options import DREAMER_FALLBACK_DEFAULTS, DREAMER_STAGES, DTC_STAGES, dreamer_defaults
 from hephaestus.stage_options import ConfigError, families
 
 __all__ = ["ConfigError", "TrainConfig", "resolve", "validate", "DTC_STAGES"]
@@ -625,7 +625,8 @@ def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
     """Settle every auto option and validate. Returns the resolved config and a one-line note for the console.
 
     Settled here, in this order: the agent's stages and its values of auto options (AGENTS, then
-    AGENT_AUTO_FALLBACKS), the env family's defaults (ENV_DEFAULTS), the gradient clip
+    AGENT_AUTO_FALLBACKS), the env family's defaults (ENV_DEFAULTS, and for the dreamers dtc/options.py's
+    DREAMER_ENV_DEFAULTS), the gradient clip
     by agent (PPO_GRAD_CLIP, DREAMER_GRAD_CLIP), minibatches and
     epochs (auto_scale_for_batch_size), the run name, and, given `env_spec` (envs.adapters.EnvSpec), the encoder
     and the observation storage dtype (resolve_for_env). Idempotent: a resolved config resolves to itself."""
@@ -633,6 +634,7 @@ def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
     defaults = env_defaults(config.env.name)
     config = fill_auto(config, {name: defaults[name]
                                 for name in ("ent_coef", "hidden_dim", "teacher_fraction", "cell_dim", "env_params")})
+    config = fill_auto(config, dreamer_defaults(config.env.name, learns_by_dreaming(config)))
     if config.ppo.teacher is None:  # the dreamers replace the PPO update, whose loss the teacher joins
         config = config.replace(teacher=NO_TEACHER if learns_by_dreaming(config) else defaults["teacher"])
     if config.ppo.max_grad_norm is None:
@@ -687,7 +689,8 @@ def resolve_for_env(config: TrainConfig, env_spec) -> TrainConfig:
                                           ("num_minibatches", config.ppo.num_minibatches),
                                           ("update_epochs", config.ppo.update_epochs),
                                           ("log_interval", config.run.log_interval),
-                                          *((name, options()[name].get(config)) for name in AGENT_AUTO_FALLBACKS))
+                                          *((name, options()[name].get(config))
+                                            for name in (*AGENT_AUTO_FALLBACKS, *DREAMER_FALLBACK_DEFAULTS)))
                   if value is None]
     if unsettled:
         raise ConfigError(f"{', '.join(unsettled)} not settled: resolve(config) first (config.py)")

@@ -155,6 +155,9 @@ def actor_critic_loss(network, ac_params, slow_params, traj, final_obs, reward, 
     # A dream's step t counts as much as the chance that the episode is still going then (discounted).
     discount = hyper["gamma"] * traj["cont"]
     weight = sg(jnp.concatenate([jnp.ones_like(discount[:1]), jnp.cumprod(discount[:-1], 0)], 0))
+    if opts.advantage_norm not in ("batch", "range") or opts.entropy is None:  # auto, never settled by resolve
+        raise ValueError(f"dreamer options not settled (advantage_norm {opts.advantage_norm!r}, entropy "
+                         f"{opts.entropy!r}): resolve(config) first")
     if opts.advantage_norm == "batch":  # PPO's: mean 0 and std 1 over this batch of dreams
         raw = returns - value
         advantage = sg((raw - jnp.mean(raw)) / (jnp.std(raw) + 1e-8))

@@ -293,6 +293,8 @@ def gaussian_fit(target, mean, logvar, recon_loss: str = "nll"):
     the squared error for the mean (unit variance, DreamerV3's), plus the NLL of the variance against the stopped
     mean, so the variance is the same estimate and the mean's gradient does not depend on it. `nll` is the NLL's
     value either way (the metric)."""
+    if recon_loss not in ("nll", "mse"):  # None: an auto --dtc-recon-loss that config.resolve never settled
+        raise ValueError(f"recon_loss must be 'nll' or 'mse', got {recon_loss!r}")
     fit_mean = mean if recon_loss == "nll" else jax.lax.stop_gradient(mean)
     nll = jnp.mean(jnp.sum(0.5 * (logvar + (target - fit_mean) ** 2 * jnp.exp(-logvar) + jnp.log(2 * jnp.pi)), -1))
     if recon_loss == "nll":
