@@ -35,7 +35,7 @@ from functools import lru_cache
 from typing import Literal
 
 from hephaestus.dtc.options import DREAMER_FALLBACK_DEFAULTS, DREAMER_STAGES, DTC_STAGES, dreamer_defaults
-from hephaestus.stage_options import ConfigError, families
+from hephaestus.stage_options import ConfigError, env_defaults_text, families
 
 __all__ = ["ConfigError", "TrainConfig", "resolve", "validate", "DTC_STAGES"]
 
@@ -155,14 +155,8 @@ def env_params_of(env: "EnvConfig") -> tuple[str, ...]:
     return env_defaults(env.name)["env_params"] if env.env_params is None else env.env_params
 
 
-def _text(value) -> str:
-    return (",".join(value) or "none") if isinstance(value, tuple) else str(value)
-
-
 def _env_default_text(name: str) -> str:
-    special = [f"{_text(values[name])} for {family}" for family, values in ENV_DEFAULTS.items() if name in values]
-    fallback = _text(FALLBACK_DEFAULTS[name])
-    return ", ".join(special + [f"else {fallback}"]) if special else fallback
+    return env_defaults_text(name, ENV_DEFAULTS, FALLBACK_DEFAULTS)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -52,6 +52,14 @@ def families() -> dict[str, type]:
     return dict(_FAMILIES)
 
 
+def env_defaults_text(name: str, by_family: dict, fallback: dict, who: str = "") -> str:
+    """--help's default of an option that depends on the env family: "0.1 for hackmatrix, else 0.01" (`by_family`:
+    {family: {name: value}}, `fallback`: {name: value}; `who` qualifies the family: "the dreamers on ")."""
+    text = lambda value: (",".join(value) or "none") if isinstance(value, tuple) else str(value)
+    special = [f"{text(values[name])} for {who}{family}" for family, values in by_family.items() if name in values]
+    return ", ".join(special + [f"else {text(fallback[name])}"]) if special else text(fallback[name])
+
+
 def require_positive(options, family: str, *names: str) -> None:
     """ConfigError naming the flag when one of `names` is not > 0."""
     for name in names:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hephaestus.stage_options import ConfigError, register_options, require_positive
+from hephaestus.stage_options import ConfigError, env_defaults_text, register_options, require_positive
 
 # The stages `--agent dtc` inserts after the rollout, in this order (python/hephaestus/dtc/agent.py).
 DTC_STAGES = ("world_model", "intrinsic_reward")
@@ -36,11 +36,7 @@ def dreamer_defaults(env_name: str, dreams: bool) -> dict:
 
 
 def _auto_text(name: str) -> str:
-    special = [f"{values[name]:g}" if isinstance(values[name], float) else values[name]
-               for values in DREAMER_ENV_DEFAULTS.values()]
-    fallback = DREAMER_FALLBACK_DEFAULTS[name]
-    fallback = f"{fallback:g}" if isinstance(fallback, float) else fallback
-    return f"auto: {special[0]} for the dreamers on {', '.join(DREAMER_ENV_DEFAULTS)}, else {fallback}"
+    return "auto: " + env_defaults_text(name, DREAMER_ENV_DEFAULTS, DREAMER_FALLBACK_DEFAULTS, who="the dreamers on ")
 
 
 @register_options("dtc")
