@@ -376,6 +376,7 @@ DEEPSEA_PROTOCOL = dict(num_envs=16, num_steps=32, updates_per_chunk=8, hidden_d
 # The default HackMatrix training workload at 2048 envs; its cases change one option each.
 HACKMATRIX_2048X128 = dict(env_name="hackmatrix", num_envs=2048, num_steps=128, updates_per_chunk=1)
 HACKMATRIX_64X128 = dict(env_name="hackmatrix", num_envs=64, num_steps=128, updates_per_chunk=2)
+HACKMATRIX_512X128 = dict(env_name="hackmatrix", num_envs=512, num_steps=128, updates_per_chunk=1)
 
 
 # name -> (function, kwargs). Sizes keep the whole default run under ~5 minutes on 2 CPU cores.
@@ -474,14 +475,11 @@ CASES = {
     # The dreamer of the 2e7 comparison (configs/hackmatrix-dreamer-2e7.yaml: 512 envs, replay ratio 1/16, the ego
     # world model) against PPO at the same env batch (HackMatrix's defaults at 512 x 128); PPO's own 2e7 row ran
     # hackmatrix-ppo-2048x128's config (configs/hackmatrix-tpu.yaml).
-    "hackmatrix-512x128-dreamer-2e7": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=512, num_steps=128,
-                                                             updates_per_chunk=1,
+    "hackmatrix-512x128-dreamer-2e7": (bench_hephaestus, dict(HACKMATRIX_512X128,
                                                              config_file="configs/hackmatrix-dreamer-2e7.yaml")),
-    "hackmatrix-512x128-dreamer-dtc-2e7": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=512, num_steps=128,
-                                                                 updates_per_chunk=1, agent="dreamer-dtc",
+    "hackmatrix-512x128-dreamer-dtc-2e7": (bench_hephaestus, dict(HACKMATRIX_512X128, agent="dreamer-dtc",
                                                                  config_file="configs/hackmatrix-dreamer-2e7.yaml")),
-    "hackmatrix-ppo-512x128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=512, num_steps=128,
-                                                      updates_per_chunk=1)),
+    "hackmatrix-ppo-512x128": (bench_hephaestus, dict(HACKMATRIX_512X128)),
     "hackmatrix-ppo-2048x128-cells": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="cells")),
     "hackmatrix-ppo-2048x128-salience": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="salience")),
     "hackmatrix-ppo-2048x128-mlp": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp", teacher="exit-rush")),

@@ -130,10 +130,8 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
         config = config.replace(dtc_competence=args.competence)
         if args.competence_coef is not None:  # else the agent's own gain, 1
             config = config.replace(dtc_competence_coef=args.competence_coef)
-    if args.dreamer_entropy is not None:  # else the dreamer's default off HackMatrix (DREAMER_FALLBACK_DEFAULTS)
-        config = config.replace(dreamer_entropy=args.dreamer_entropy)
-    if args.dreamer_advantage_norm is not None:  # else the same table's
-        config = config.replace(dreamer_advantage_norm=args.dreamer_advantage_norm)
+    # None (not given) leaves them auto: resolve settles the dreamer's defaults (dtc/options.py's tables)
+    config = config.replace(dreamer_entropy=args.dreamer_entropy, dreamer_advantage_norm=args.dreamer_advantage_norm)
     config = agent_config(config, agent)
     critic = ("intrinsic_critic",) if args.intrinsic_critic and agent in BONUS_AGENTS else ()
     config = config.replace(extra_stages=("deepsea_probe",) + config.extra_stages + critic + ("bonus_probe",))
