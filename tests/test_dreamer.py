@@ -362,3 +362,33 @@ def test_boredom_experiment_reads_dream_lengths_time_and_the_evaluation_from_a_r
     assert r["steps_to_threshold"] == 8192 and r["eval_return"] == 432.5
     results = {"threshold": 475.0, "variants": {"boredom picks the length": {"0": r}}}
     assert "| boredom picks the length | 0 | 29.3 | 11k | 30 | 8,192 | 360 | 432 |" in boredom.summarise(results)
+
+
+def test_the_dreams_disagreement_is_the_variance_of_the_members_decoded_means():
+    """rssm.decoded_disagreement (a quadratic form on the members' decoder features, the dream's novelty) equals the
+    variance over members of their decoded means, for members far apart and for near copies of one member, where a
+    variance taken as a difference of sums of squares loses the most to rounding."""
+    sizes = rssm.RSSMSizes(obs_dim=300, action_dim=2, discrete=True, deter=16, groups=4, classes=4, hidden=32)
+    model, k, s = rssm.RSSM(sizes), 3, 64
+    apart = rssm.init_ensemble(model, jax.random.PRNGKey(7), k)
+    leaves, treedef = jax.tree.flatten(apart)
+    noise = [1e-3 * jax.random.normal(key, x.shape[1:]) for key, x in zip(jax.random.split(jax.random.PRNGKey(8),
+                                                                                           len(leaves)), leaves)]
+    near = jax.tree.unflatten(treedef, [x[0] + n * jnp.arange(k).reshape((k,) + (1,) * n.ndim)
+                                        for x, n in zip(leaves, noise)])
+    # Every member at the same states, so that the near copies' predictions differ only by their weights.
+    h = jnp.broadcast_to(jax.random.normal(jax.random.PRNGKey(9), (s, sizes.deter)), (k, s, sizes.deter))
+    z = jnp.broadcast_to(jax.nn.one_hot(jax.random.randint(jax.random.PRNGKey(10), (s, sizes.groups), 0,
+                                                           sizes.classes), sizes.classes).reshape(s, -1),
+                         (k, s, sizes.stoch))
+    spreads = []
+    for params in (apart, near):
+        means = jax.vmap(lambda p, h, z: model.apply(p, h, z, method=rssm.RSSM.decode)[0])(params, h, z)
+        direct = np.var(np.asarray(means, np.float64), 0).mean(-1)
+        features = jax.vmap(lambda p, h, z: model.apply(p, h, z, method=rssm.RSSM.decode_features))(params, h, z)
+        form = rssm.disagreement_form(*rssm.decoder_output_layer(params))
+        got = np.asarray(rssm.decoded_disagreement(features, form, sizes.obs_dim))
+        assert got.shape == (s,)
+        np.testing.assert_allclose(got, direct, rtol=1e-3, atol=1e-6 * float(jnp.mean(means ** 2)))
+        spreads.append(float(direct.mean()))
+    assert spreads[1] < 1e-3 * spreads[0]  # the near copies do test the small-variance case

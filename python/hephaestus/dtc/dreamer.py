@@ -84,6 +84,8 @@ def dream(model, wm_params, network, ac_params, h, z, key, horizon: int, with_no
     decode_obs = lambda p, h, z: rssm.symexp(model.apply(p, h, z, method=rssm.RSSM.decode)[0])
     num_starts = h.shape[1]
     all_allowed = jnp.ones((num_starts, sizes.action_dim if sizes.discrete else 1), bool)
+    # The members' decoders' output layers folded into one quadratic form, once per dream (rssm.disagreement_form).
+    disagreement = rssm.disagreement_form(*rssm.decoder_output_layer(wm_params)) if with_novelty else None
 
     def step(carry, step_key):
         h, z = carry
@@ -98,10 +100,10 @@ def dream(model, wm_params, network, ac_params, h, z, key, horizon: int, with_no
         prior = jax.vmap(lambda p, h: model.apply(p, h, method=rssm.RSSM.prior_logits))(wm_params, h)
         z = jax.vmap(rssm.sample_latent)(jax.random.split(key_z, h.shape[0]), prior)
         reward, cont_logit = model.apply(lead, h[0], z[0], method=rssm.RSSM.heads)
-        if with_novelty:  # each member's next observation from its prior's mode: disagreement, as in part 1
-            means = jax.vmap(lambda p, h, pr: model.apply(p, h, rssm.latent_mode(pr), method=rssm.RSSM.decode)[0])(
-                wm_params, h, prior)
-            novelty = jnp.mean(jnp.var(means, axis=0), -1)
+        if with_novelty:  # the variance of the members' decoded next observations (prior modes), as in part 1
+            features = jax.vmap(lambda p, h, pr: model.apply(p, h, rssm.latent_mode(pr),
+                                                             method=rssm.RSSM.decode_features))(wm_params, h, prior)
+            novelty = rssm.decoded_disagreement(features, disagreement, sizes.obs_dim)
         else:
             novelty = jnp.zeros((num_starts,), jnp.float32)
         out = {"obs": obs, "mask": mask, "action": action, "reward": rssm.symexp(reward),
