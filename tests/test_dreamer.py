@@ -264,6 +264,19 @@ def test_dreamer_dtc_adds_the_members_disagreement_to_the_imagined_reward():
     assert bool(new_state.slow_ready) and not bool(state.slow_ready)
 
 
+def test_the_survival_penalty_charges_each_imagined_step_its_predicted_chance_of_ending():
+    """--dreamer-survival-penalty p: the same dreams (same keys and state), each imagined reward lower by exactly
+    p x (1 - the continuation head's probability)."""
+    update, state, _ = dreamer_dtc_update()
+    penalised, _, _ = dreamer_dtc_update(dreamer_survival_penalty=2.0)
+    (_, _, plain), (_, _, charged) = update(state), penalised(state)
+    assert float(plain["dreamer/imagined_cont"]) == float(charged["dreamer/imagined_cont"]) < 1.0
+    expected = float(plain["dreamer/imagined_reward"]) - 2.0 * (1.0 - float(plain["dreamer/imagined_cont"]))
+    assert float(charged["dreamer/imagined_reward"]) == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    with pytest.raises(ConfigError, match="--dreamer-survival-penalty must be >= 0"):
+        resolve(TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer", dreamer_survival_penalty=-1.0))
+
+
 def test_boredom_picks_the_dream_length_among_compiled_ones():
     """--dreamer-horizons: the longest compiled length not above the boredom-driven horizon; a bored agent's step
     is exactly the fixed-length step at the shortest length, a fresh one's dreams the longest."""

@@ -241,7 +241,8 @@ def test_agents_select_their_stages():
     assert agent_config(base, "rnd").extra_stages[0] == "rnd"
     assert agent_config(base, "count").extra_stages[0] == "count_bonus"
     assert agent_config(base, "dreamer").extra_stages[0] == "dreamer"
-    assert set(AGENTS) == {"ppo", "dtc", "disagreement", "rnd", "count", "dreamer", "dreamer-dtc"}
+    assert agent_config(base, "episodic").extra_stages[0] == "episodic_novelty"
+    assert set(AGENTS) == {"ppo", "dtc", "disagreement", "rnd", "count", "episodic", "dreamer", "dreamer-dtc"}
 
 
 def test_count_hash_separates_deepsea_cells():

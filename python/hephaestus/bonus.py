@@ -10,8 +10,19 @@ transition led to (`next_obs`, the pre-reset one where an episode ended):
   buckets): reward += `count_coef` / sqrt(n(next_obs)), n counting this batch. The oracle on small discrete envs
   such as DeepSea, meaningless on continuous observations.
 
-Batch keys written ([T, N] float32): `rnd_novelty` (raw error), `count_visits` (n after this batch), and
-`intrinsic_reward` (the bonus added to `reward`; DTC's stage writes it too).
+* `episodic_novelty` (--agent episodic): Never Give Up's episodic bonus (Badia et al. 2020). Each env keeps a
+  memory of the embeddings of the observations it reached this episode (`episodic_capacity` slots, a ring; emptied
+  when the episode ends). Each transition's next observation is embedded (a fixed random projection of
+  symlog(obs)), its k nearest neighbours in its env's memory are found by an exact top-k over the whole memory,
+  and its novelty is 1 / (sqrt(sum_i K(d_i)) + c), K(d) = eps / (max(d^2 / mean d^2 - xi, 0) + eps), mean d^2 a
+  running mean of the neighbours' squared distances; 0 where sqrt(sum K) + c > max_similarity, and 0 on an
+  episode's first step (nothing to compare with). Then the embedding joins the memory. Divided by a running RMS
+  and times `episodic_coef` it is added to `reward`. It pays for reaching states unlike this episode's others, so
+  it asks for coverage within an episode; on envs whose every step is a new state (DeepSea) it is a constant.
+
+Batch keys written ([T, N] float32): `rnd_novelty` (raw error), `count_visits` (n after this batch),
+`episodic_novelty` (the raw episodic bonus) and `intrinsic_reward` (the bonus added to `reward`; DTC's stage
+writes it too).
 """
 
 from __future__ import annotations
@@ -23,8 +34,9 @@ import optax
 from flax import struct
 
 from hephaestus.dtc import intrinsic as intr
+from hephaestus.dtc.rssm import symlog
 from hephaestus.normalization import merge_moments
-from hephaestus.stages import Stage, StageContext, add_intrinsic, register_stage
+from hephaestus.stages import ENVS, REPLICATED, Stage, StageContext, add_intrinsic, register_stage
 
 
 class ReluMLP(nn.Module):
@@ -141,6 +153,99 @@ def count_bonus_stage(ctx: StageContext) -> Stage:
 
     return Stage(name="count_bonus", apply=apply, init=lambda key: jnp.zeros((size,), jnp.int32), after="rollout",
                  reads=("next_obs",))
+
+
+def nearest_sq_distances(query, memory, filled, k: int):
+    """Exact k nearest neighbours by squared Euclidean distance, per env: query [N, d], memory [N, C, d], filled [N]
+    (slots below it hold entries) -> (squared distances [N, k] ascending, valid [N, k]); where an env holds fewer
+    than k entries the rest are inf and not valid. One top-k over every slot: exact, static shapes."""
+    sq = jnp.sum((memory - query[:, None, :]) ** 2, -1)  # [N, C]
+    sq = jnp.where(jnp.arange(memory.shape[1])[None, :] < filled[:, None], sq, jnp.inf)
+    nearest = -jax.lax.top_k(-sq, k)[0]
+    return nearest, jnp.isfinite(nearest)
+
+
+def episodic_novelty(sq, valid, mean_sq, opts):
+    """NGU's episodic novelty [N] of observations whose k nearest neighbours in their episode's memory are at
+    squared distances `sq` [N, k] (`valid` marks real ones), `mean_sq` the running mean of such distances: 1 /
+    (sqrt(sum K) + c); 0 where that similarity passes `max_similarity` or the memory is empty."""
+    scaled = jnp.maximum(sq / jnp.maximum(mean_sq, intr.EPS) - opts.cluster_distance, 0.0)
+    kernel = jnp.where(valid, opts.kernel_epsilon / (scaled + opts.kernel_epsilon), 0.0)
+    similarity = jnp.sqrt(jnp.sum(kernel, -1)) + opts.pseudo_count
+    novelty = jnp.where(similarity > opts.max_similarity, 0.0, 1.0 / similarity)
+    return jnp.where(jnp.any(valid, -1), novelty, 0.0)
+
+
+@struct.dataclass
+class EpisodicState:
+    projection: jax.Array  # float32[obs_dim, embed_dim] fixed random projection (the embedding)
+    memory: jax.Array  # float32[N, capacity, embed_dim] this episode's embeddings, per env (a ring)
+    filled: jax.Array  # int32[N] embeddings written this episode (slots below min(filled, capacity) hold entries)
+    sq_mean: jax.Array  # float32[] running mean of the neighbours' squared distances
+    sq_count: jax.Array  # float32[] neighbour distances folded into sq_mean
+    norm: intr.IntrinsicState  # running second moment of the novelty
+
+
+def make_episodic(config, spec):
+    """(init(key) -> EpisodicState, apply(state, next_obs [T, N, D], done [T, N]) -> (state, novelty [T, N],
+    metrics)). The transitions are taken in time order: each is scored against its env's memory, then joins it;
+    where `done` the env's memory empties after it."""
+    opts, n = config.stages.episodic, config.env.num_envs
+    capacity = opts.capacity
+
+    def init(key):
+        # N(0, 1 / embed_dim) entries keep squared distances about as they are (Johnson-Lindenstrauss).
+        projection = jax.random.normal(key, (spec.obs_dim, opts.embed_dim), jnp.float32) / jnp.sqrt(opts.embed_dim)
+        return EpisodicState(projection=projection, memory=jnp.zeros((n, capacity, opts.embed_dim), jnp.float32),
+                             filled=jnp.zeros((n,), jnp.int32), sq_mean=jnp.float32(0.0), sq_count=jnp.float32(0.0),
+                             norm=intr.intrinsic_init())
+
+    def apply(state: EpisodicState, next_obs, done):
+        embedded = jnp.matmul(symlog(next_obs.astype(jnp.float32)), state.projection,
+                              precision=jax.lax.Precision.HIGHEST)  # [T, N, d]
+
+        def step(carry, x):
+            memory, filled, sq_mean, sq_count = carry
+            query, ended = x
+            sq, valid = nearest_sq_distances(query, memory, jnp.minimum(filled, capacity), opts.k)
+            seen = jnp.sum(valid).astype(jnp.float32)
+            total = sq_count + seen
+            step_mean = jnp.sum(jnp.where(valid, sq, 0.0)) / jnp.maximum(seen, 1.0)
+            sq_mean = jnp.where(seen > 0, sq_mean + (step_mean - sq_mean) * seen / jnp.maximum(total, 1.0), sq_mean)
+            novelty = episodic_novelty(sq, valid, sq_mean, opts)
+            memory = memory.at[jnp.arange(memory.shape[0]), filled % capacity].set(query)
+            filled = jnp.where(ended, 0, filled + 1)
+            return (memory, filled, sq_mean, total), novelty
+
+        carry = (state.memory, state.filled, state.sq_mean, state.sq_count)
+        (memory, filled, sq_mean, sq_count), novelty = jax.lax.scan(step, carry, (embedded, done))
+        norm, _ = intr.normalise(state.norm, novelty)
+        state = state.replace(memory=memory, filled=filled, sq_mean=sq_mean, sq_count=sq_count, norm=norm)
+        metrics = {"episodic/novelty_raw": jnp.mean(novelty), "episodic/sq_distance_mean": sq_mean,
+                   "episodic/memory_fill": jnp.mean(jnp.minimum(filled, capacity).astype(jnp.float32)) / capacity}
+        return state, novelty, metrics
+
+    return init, apply
+
+
+@register_stage("episodic_novelty")
+def episodic_novelty_stage(ctx: StageContext) -> Stage:
+    config = ctx.config
+    init, update = make_episodic(config, ctx.env_spec)
+
+    def apply(key, train_state, batch, state):
+        done = jnp.logical_or(batch["terminated"], batch["truncated"])
+        state, novelty, metrics = update(state, batch["next_obs"], done)
+        n = novelty / jnp.sqrt(state.norm.m2 + intr.EPS)
+        batch, bonus_metrics = _add_bonus({**batch, "episodic_novelty": novelty}, config.stages.episodic.coef * n,
+                                          "episodic")
+        return train_state, batch, state, {**metrics, **bonus_metrics}
+
+    # Each env's memory and count follow their env over devices; the projection and the running means are global.
+    partition = EpisodicState(projection=REPLICATED, memory=ENVS, filled=ENVS, sq_mean=REPLICATED,
+                              sq_count=REPLICATED, norm=REPLICATED)
+    return Stage(name="episodic_novelty", apply=apply, init=init, after="rollout", reads=("next_obs",),
+                 partition=partition)
 
 
 @struct.dataclass

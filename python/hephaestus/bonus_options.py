@@ -1,5 +1,6 @@
-"""Options of the exploration bonuses in bonus.py (`--agent rnd`, `--agent count`): `TrainConfig.stages.rnd` and
-`TrainConfig.stages.count`, flags `--rnd-<field>` and `--count-<field>`. No jax here (hephaestus.stage_options)."""
+"""Options of the exploration bonuses in bonus.py (`--agent rnd`, `--agent count`, `--agent episodic`):
+`TrainConfig.stages.rnd`, `.count` and `.episodic`, flags `--rnd-<field>`, `--count-<field>` and `--episodic-<field>`.
+No jax here (hephaestus.stage_options)."""
 
 from __future__ import annotations
 
@@ -46,8 +47,46 @@ class CountOptions:
         require_positive(self, "count", "table_size")
 
 
+@register_options("episodic")
+@dataclass(frozen=True)
+class EpisodicOptions:
+    """Episodic novelty (Never Give Up's episodic bonus, Badia et al. 2020): each env keeps this episode's
+    embeddings of the observations it reached; the bonus of the next observation is 1 / (sqrt(sum of a kernel over
+    its k nearest neighbours in that memory) + c), found by an exact top-k on device, normalised by a running RMS.
+    The embedding is a fixed random projection of symlog(obs) (NGU learns one by inverse dynamics: not here)."""
+
+    coef: float = 0.5
+    """episodic bonus weight: reward += coef x normalised episodic novelty"""
+    capacity: int = 128
+    """embeddings each env's memory holds (its episode's latest, a ring); memory is num_envs x capacity x embed_dim"""
+    k: int = 10
+    """nearest neighbours the bonus reads (NGU: 10)"""
+    embed_dim: int = 32
+    """size of the fixed random projection of symlog(obs) that the memory holds"""
+    cluster_distance: float = 0.008
+    """normalised squared distances below this count as the same state (NGU's xi: 0.008)"""
+    kernel_epsilon: float = 1e-3
+    """inverse kernel K = eps / (d^2 / mean d^2 + eps) (NGU: 1e-3)"""
+    pseudo_count: float = 1e-3
+    """c in 1 / (sqrt(sum K) + c) (NGU: 1e-3)"""
+    max_similarity: float = 8.0
+    """sqrt(sum K) + c above this pays no bonus: the state is well known this episode (NGU: 8)"""
+
+    def validate(self, config) -> None:
+        if "episodic_novelty" not in config.extra_stages:
+            return
+        require_positive(self, "episodic", "capacity", "k", "embed_dim")
+        if self.k > self.capacity:
+            raise ConfigError(f"--episodic-k {self.k} must be <= --episodic-capacity {self.capacity}")
+        for name in ("kernel_epsilon", "pseudo_count", "max_similarity"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--episodic-{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.cluster_distance < 0:
+            raise ConfigError(f"--episodic-cluster-distance must be >= 0, got {self.cluster_distance}")
+
+
 # Stages that add an exploration bonus to `reward` and write it (summed, when several do) as `intrinsic_reward`.
-BONUS_STAGES = ("rnd", "count_bonus", "intrinsic_reward")
+BONUS_STAGES = ("rnd", "count_bonus", "episodic_novelty", "intrinsic_reward")
 
 
 @register_options("intrinsic_critic")

@@ -118,17 +118,18 @@ DATA_HYPERPARAMETERS = ("lr", "gamma", "gae_lambda", "clip_eps", "vf_coef", "ent
 
 # --agent NAME -> (extra stages, values of auto options). ppo: none. dtc: world-model ensemble + dual-timescale
 # intrinsic reward. disagreement: the same with competence off (plain ensemble disagreement). rnd: Random Network
-# Distillation. count: tabular count bonus (the oracle on small discrete envs). dreamer: actor-critic in the
-# imagination of a one-member world model, in place of GAE and PPO (dtc/dreamer.py). dreamer-dtc: the same with a
-# 5-member ensemble whose disagreement on imagined states, gained by competence, joins the imagined reward.
+# Distillation. count: tabular count bonus (the oracle on small discrete envs). episodic: Never Give Up's episodic
+# k-nearest-neighbour bonus (bonus.py). dreamer: actor-critic in the imagination of a one-member world model, in
+# place of GAE and PPO (dtc/dreamer.py). dreamer-dtc: the same with a 5-member ensemble whose disagreement on
+# imagined states, gained by competence, joins the imagined reward.
 # An agent's values fill only options left auto (None): a flag the user gives wins (--agent dreamer
 # --dtc-ensemble-size 3 trains 3 members); options no agent sets take AGENT_AUTO_FALLBACKS.
 AGENTS = {"ppo": ((), {}), "dtc": (DTC_STAGES, {}), "disagreement": (DTC_STAGES, {"dtc_competence_coef": 0.0}),
-          "rnd": (("rnd",), {}), "count": (("count_bonus",), {}),
+          "rnd": (("rnd",), {}), "count": (("count_bonus",), {}), "episodic": (("episodic_novelty",), {}),
           "dreamer": (DREAMER_STAGES, {"dtc_ensemble_size": 1, "dreamer_novelty_coef": 0.0}),
           "dreamer-dtc": (DREAMER_STAGES, {"dreamer_novelty_coef": 1.0})}
 AGENT_AUTO_FALLBACKS = {"dtc_ensemble_size": 5, "dtc_competence_coef": 1.0, "dreamer_novelty_coef": 0.0}
-OBS_READING_STAGES = DTC_STAGES + DREAMER_STAGES + ("rnd", "count_bonus", "intrinsic_critic")
+OBS_READING_STAGES = DTC_STAGES + DREAMER_STAGES + ("rnd", "count_bonus", "episodic_novelty", "intrinsic_critic")
 
 
 def env_defaults(env: str) -> dict:
@@ -371,7 +372,9 @@ class TrainConfig:
     agent: Literal[tuple(AGENTS)] = "ppo"
     """ppo: plain PPO; dtc: world-model ensemble + dual-timescale intrinsic reward; disagreement: dtc with
     competence off (ensemble disagreement alone); rnd: Random Network Distillation; count: tabular count bonus on
-    the next observation (small discrete envs). Its stages go first in --extra-stages"""
+    the next observation (small discrete envs); episodic: Never Give Up's episodic bonus (k nearest neighbours in
+    this episode's memory); dreamer, dreamer-dtc: actor-critic learning in a world model's imagination. Its stages
+    go first in --extra-stages"""
     extra_stages: tuple[str, ...] = field(default=(), metadata={"parse": "csv", "default_text": "none"})
     """comma-separated extra pipeline stages (registered in stages.py), e.g. reward_bonus"""
     stages: StageOptions = field(default_factory=StageOptions)

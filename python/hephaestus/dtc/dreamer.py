@@ -15,7 +15,8 @@
    percentile range), with an entropy regulariser; the critic regresses on the returns (and, with
    --dreamer-slow-critic-reg > 0, towards the slow critic). With --dreamer-novelty-coef > 0 (dreamer-dtc) the
    imagined reward also holds the members' disagreement about each imagined next observation (Plan2Explore),
-   normalised and gained by competence as in part 1. With --dreamer-horizons (dreamer-dtc) each actor-critic step
+   normalised and gained by competence as in part 1. With --dreamer-survival-penalty p > 0 each imagined step's
+   reward loses p x (1 - its continuation probability). With --dreamer-horizons (dreamer-dtc) each actor-critic step
    dreams one of several compiled lengths, the one boredom asks for (lax.switch over the same step at each
    static length).
 
@@ -226,6 +227,8 @@ def make_dreamer(config, spec, network):
         traj, final_obs = imagine_from_replay(model, network, state.world.params, train_state.params, seq, key_dream,
                                               horizon, with_novelty, opts.burn_in)
         state, reward, novelty_metrics = imagined_reward(state, traj)
+        if opts.survival_penalty > 0:  # the continuation head's chance that the episode ends here costs this much
+            reward = reward - opts.survival_penalty * (1.0 - traj["cont"])
         slow = state.slow_params
         if opts.reads_slow_critic:  # the first step's slow critic is the network itself
             slow = jax.tree.map(lambda s, p: jnp.where(state.slow_ready, s, p), slow, train_state.params)

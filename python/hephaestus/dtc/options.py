@@ -232,6 +232,10 @@ class DreamerOptions:
     symlog_critic: bool = field(default=False, metadata={"values": "01"})
     """1: the value head predicts symlog(value) and regresses on symlog(lambda-return) (DreamerV3's critic
     works in symlog space), so its targets stay O(1) as returns grow; 0: it predicts the value itself"""
+    survival_penalty: float = 0.0
+    """a survival penalty from the continuation head: each imagined step's reward loses this times the predicted
+    chance that the episode ends there (1 - continuation probability). It charges every end alike, a win as well as
+    a death (on HackMatrix the 8th stage's victory); 0 = off"""
     novelty_coef: float | None = field(default=None, metadata={
         "default_text": "auto: 1 for --agent dreamer-dtc, else 0"})
     """weight of the ensemble's disagreement on imagined states (Plan2Explore), normalised, in the imagined reward
@@ -262,8 +266,9 @@ class DreamerOptions:
         for name in ("return_decay", "slow_critic_decay"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"--dreamer-{name.replace('_', '-')} must be in [0, 1), got {getattr(self, name)}")
-        if self.novelty_coef < 0 or self.entropy < 0 or self.slow_critic_reg < 0:
-            raise ConfigError("--dreamer-novelty-coef, --dreamer-entropy and --dreamer-slow-critic-reg must be >= 0")
+        if self.novelty_coef < 0 or self.entropy < 0 or self.slow_critic_reg < 0 or self.survival_penalty < 0:
+            raise ConfigError("--dreamer-novelty-coef, --dreamer-entropy, --dreamer-slow-critic-reg and "
+                              "--dreamer-survival-penalty must be >= 0")
         if self.novelty_coef > 0 and config.stages.dtc.ensemble_size < 2:
             raise ConfigError(f"--dreamer-novelty-coef {self.novelty_coef} needs an ensemble to disagree: "
                               f"--dtc-ensemble-size >= 2, got {config.stages.dtc.ensemble_size}")
