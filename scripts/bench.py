@@ -470,6 +470,8 @@ CASES = {
     "hackmatrix-64x128-dtc": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="dtc")),
     "hackmatrix-64x128-dtc-r025": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="dtc", dtc_replay_ratio=0.25)),
     "hackmatrix-64x128-rnd": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="rnd")),
+    # Never Give Up's episodic bonus (exact top-k over each env's 128-slot memory) against PPO at the same batch.
+    "hackmatrix-512x128-episodic": (bench_hephaestus, dict(HACKMATRIX_512X128, agent="episodic")),
     "hackmatrix-64x128-dreamer": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="dreamer")),
     "hackmatrix-64x128-dreamer-dtc": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="dreamer-dtc")),
     # The dreamer of the 2e7 comparison (configs/hackmatrix-dreamer-2e7.yaml: 512 envs, replay ratio 1/16, the ego

@@ -149,6 +149,7 @@ def test_every_pipeline_case_builds_the_config_it_names():
     assert configs["deepsea20-16x32-dtc"].stages.dtc.prior_scale == 0.0
     assert "rnd" in configs["deepsea20-16x32-rnd"].extra_stages
     assert "count_bonus" in configs["deepsea20-16x32-count"].extra_stages
+    assert configs["hackmatrix-512x128-episodic"].extra_stages == ("episodic_novelty",)
     assert configs["deepsea20-16x32"].extra_stages == ()
     narrow = configs["hackmatrix-ppo-2048x128-h128c8"]  # the narrower ego student of specs/hackmatrix.md
     assert (narrow.network.hidden_dim, narrow.network.cell_dim, narrow.network.encoder, narrow.ppo.teacher) == \

@@ -266,9 +266,9 @@ class DreamerOptions:
         for name in ("return_decay", "slow_critic_decay"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"--dreamer-{name.replace('_', '-')} must be in [0, 1), got {getattr(self, name)}")
-        if self.novelty_coef < 0 or self.entropy < 0 or self.slow_critic_reg < 0 or self.survival_penalty < 0:
-            raise ConfigError("--dreamer-novelty-coef, --dreamer-entropy, --dreamer-slow-critic-reg and "
-                              "--dreamer-survival-penalty must be >= 0")
+        for name in ("novelty_coef", "entropy", "slow_critic_reg", "survival_penalty"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--dreamer-{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if self.novelty_coef > 0 and config.stages.dtc.ensemble_size < 2:
             raise ConfigError(f"--dreamer-novelty-coef {self.novelty_coef} needs an ensemble to disagree: "
                               f"--dtc-ensemble-size >= 2, got {config.stages.dtc.ensemble_size}")
