@@ -18,7 +18,7 @@ import pytest
 from hephaestus import checkpoint as ck
 from hephaestus import training_hooks as hooks
 from hephaestus.export import load_params_npz
-from train_cli import main
+from train_cli import assert_same_params, main
 
 # One worker runs this module, so its module fixture runs once (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("test_checkpoint")
@@ -41,15 +41,6 @@ def no_wandb(monkeypatch, tmp_path):
 def params_of(path):
     params, meta = load_params_npz(path)
     return jax.tree.leaves(params), meta
-
-
-def assert_same_params(a, b):
-    la, ma = params_of(a)
-    lb, mb = params_of(b)
-    assert ma["update"] == mb["update"]
-    assert len(la) == len(lb)
-    for x, y in zip(la, lb):
-        np.testing.assert_array_equal(x, y)
 
 
 @pytest.fixture(scope="module")

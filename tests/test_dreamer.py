@@ -4,7 +4,6 @@ world model, the stage list of --agent dreamer, its config checks, and exact res
 import functools
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -19,9 +18,8 @@ from hephaestus.config import ConfigError, TrainConfig, resolve
 from hephaestus.dtc import rssm
 from hephaestus.dtc.dreamer import actor_critic_loss, dream, imagine_from_replay, lambda_returns
 from hephaestus.dtc.options import DreamerOptions
-from hephaestus.export import load_params_npz
 from hephaestus.stages import Stage, build_pipeline
-from train_cli import main
+from train_cli import assert_same_params, main, resume_cut_back_copy
 
 # One worker runs this module, so the parts fixture and the program two tests share are built once (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("test_dreamer")
@@ -203,16 +201,9 @@ def test_dreamer_trains_and_resumes_exactly(tmp_path, capsys):
                 "--checkpoint-dir", str(tmp_path)) == 0
     out = capsys.readouterr().out
     assert "ent " in out and " kl " not in out  # the console shows the dreamer's entropy, no PPO ratio
-    shutil.copytree(straight, split)
-    shutil.rmtree(split / "4")
-    (split / "final_params.npz").unlink()
-    assert main("--resume", str(split)) == 0
+    assert resume_cut_back_copy(straight, split, 4) == 0
     assert "resume: update 2 of 4" in capsys.readouterr().out
-    a, meta_a = load_params_npz(str(straight / "final_params.npz"))
-    b, meta_b = load_params_npz(str(split / "final_params.npz"))
-    assert meta_a["update"] == meta_b["update"] == 4
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        np.testing.assert_array_equal(x, y)
+    assert assert_same_params(straight / "final_params.npz", split / "final_params.npz")["update"] == 4
     with open(straight / "metrics.jsonl") as f:
         records = [json.loads(line) for line in f if '"update"' in line]
     last = records[-1]

@@ -5,7 +5,6 @@ exact resume. Sizes are tiny (2-core CI)."""
 
 import json
 import math
-import shutil
 
 import jax
 import jax.numpy as jnp
@@ -15,8 +14,7 @@ import pytest
 from hephaestus.bonus import make_episodic, nearest_sq_distances
 from hephaestus.config import ConfigError, TrainConfig, resolve
 from hephaestus.envs.adapters import EnvSpec
-from hephaestus.export import load_params_npz
-from train_cli import main
+from train_cli import assert_same_params, main, resume_cut_back_copy
 
 
 def test_nearest_neighbours_are_exact_and_ignore_empty_slots():
@@ -105,15 +103,9 @@ def test_the_episodic_agent_trains_and_resumes_exactly(tmp_path, capsys):
             "--total-timesteps", str(4 * 64), "--save-interval", "2", "--checkpoint-dir", str(tmp_path)]
     straight, split = tmp_path / "straight", tmp_path / "split"
     assert main(*tiny, "--run-name", "straight") == 0
-    shutil.copytree(straight, split)
-    shutil.rmtree(split / "4")
-    (split / "final_params.npz").unlink()
-    assert main("--resume", str(split)) == 0
+    assert resume_cut_back_copy(straight, split, 4) == 0
     assert "resume: update 2 of 4" in capsys.readouterr().out
-    a, _ = load_params_npz(str(straight / "final_params.npz"))
-    b, _ = load_params_npz(str(split / "final_params.npz"))
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        np.testing.assert_array_equal(x, y)
+    assert_same_params(straight / "final_params.npz", split / "final_params.npz")
     with open(straight / "metrics.jsonl") as f:
         last = [json.loads(line) for line in f if '"update"' in line][-1]
     assert last["episodic/novelty_raw"] > 0 and last["episodic/intrinsic_reward"] > 0

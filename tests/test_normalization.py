@@ -3,7 +3,6 @@ applying them with a stopped gradient, the stages in the pipeline, and a normali
 statistics and resumes exactly."""
 
 import json
-import shutil
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +14,7 @@ from hephaestus.config import TrainConfig, resolve
 from hephaestus.export import load_params_npz
 from hephaestus.normalization import merge_moments
 from hephaestus.stages import option_stages
-from train_cli import main
+from train_cli import assert_same_params, main, resume_cut_back_copy
 
 PENDULUM = ["--env", "gymnax:Pendulum-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
             "--num-layers", "1", "--log-interval", "2", "--num-minibatches", "2", "--update-epochs", "1",
@@ -94,11 +93,6 @@ def test_a_normalised_run_saves_its_statistics_and_resumes_exactly(tmp_path, cap
     record = json.loads((tmp_path / "ref" / "metrics.jsonl").read_text().splitlines()[-1])
     assert record["reward_scale/std"] > 10  # Pendulum's costs reach -16 per step: returns in the hundreds
     # the checkpoint at update 2, resumed in a copy of the run folder, ends where the uninterrupted run ended
-    shutil.copytree(tmp_path / "ref", tmp_path / "cut")
-    shutil.rmtree(tmp_path / "cut" / "4")
-    (tmp_path / "cut" / "final_params.npz").unlink()
-    assert main("--resume", str(tmp_path / "cut"), "--checkpoint-dir", str(tmp_path)) == 0
+    assert resume_cut_back_copy(tmp_path / "ref", tmp_path / "cut", 4, "--checkpoint-dir", str(tmp_path)) == 0
     assert "resume: update 2 of 4" in capsys.readouterr().out
-    resumed, _ = load_params_npz(str(tmp_path / "cut" / "final_params.npz"))
-    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(resumed)):
-        np.testing.assert_array_equal(a, b)
+    assert_same_params(tmp_path / "ref" / "final_params.npz", tmp_path / "cut" / "final_params.npz")
