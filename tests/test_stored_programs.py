@@ -64,6 +64,23 @@ def test_the_key_holds_what_shapes_the_program_and_leaves_out_what_does_not():
         assert stored_programs.key_material(config(**other)) != base, other
 
 
+@pytest.mark.parametrize("setting, values", [("jax_default_prng_impl", ("rbg", "unsafe_rbg")),
+                                             ("jax_default_matmul_precision", ("highest",))])
+def test_the_key_holds_the_jax_settings_that_change_a_trace_but_no_shape(setting, values):
+    # rbg and unsafe_rbg keys are both [4] uint32, so a program stored under one fits the other's inputs and would
+    # split keys the other way: only the key can tell them apart.
+    keys = {stored_programs.ProgramStore("unused", stored_programs.key_material(config())).name}
+    before = jax.config.values[setting]
+    try:
+        for value in values:
+            jax.config.update(setting, value)
+            keys.add(stored_programs.ProgramStore("unused", stored_programs.key_material(config())).name)
+    finally:
+        jax.config.update(setting, before)
+    assert len(keys) == 1 + len(values)
+    assert stored_programs.ProgramStore("unused", stored_programs.key_material(config())).name in keys
+
+
 def test_a_damaged_or_foreign_stored_file_is_a_miss_and_is_replaced(tmp_path):
     trainer = make_train(config(), store_programs_in=str(tmp_path))
     store = trainer.programs

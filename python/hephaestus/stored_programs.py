@@ -8,7 +8,8 @@ HackMatrix); a later start with the same config and the same code deserialises i
 
 The key of a stored chunk is everything that shapes its program: the resolved config less the fields that only say
 where and how a run is kept and logged (RUN_ONLY), the source of this package, the versions of jax and of the env
-libraries, the backend, its devices and XLA_FLAGS. Anything else different is a miss: the chunk is traced and
+libraries, the backend, its devices, XLA_FLAGS and the jax settings that change a trace without changing a shape
+(the PRNG implementation, matmul precision, dtype promotion). Anything else different is a miss: the chunk is traced and
 stored again. Each run's chunk is exported once (the cold start pays ~0 extra: exporting is the tracing and
 lowering `.lower()` did anyway) and then always called through its export, so the cold and the warm start compile
 the same program and share one compilation-cache entry.
@@ -53,6 +54,14 @@ RUN_ONLY = ("seed", "run_name", "checkpoint_dir", "resume", "keep_checkpoints", 
             "wandb_artifacts", "tensorboard_dir", "profile_dir", "final_eval_episodes", "total_timesteps")
 # Libraries whose code can end up inside the chunk (the envs' step functions, the network, the optimizer).
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "gymnax", "jumanji", "craftax", "chex")
+# jax settings that change what a trace produces without changing any input's shape or dtype, so the shape check of
+# a stored program cannot catch them: JAX_DEFAULT_PRNG_IMPL=rbg and =unsafe_rbg both use [4] uint32 keys and split
+# them differently. jit keys its own caches on these (jax's trace context, added below where jax exposes it); the
+# PRNG implementation is not part of that context (jit sees it in the key's type), so it is named here.
+TRACE_SETTINGS = ("jax_default_prng_impl", "jax_enable_custom_prng", "jax_legacy_prng_key",
+                  "jax_threefry_partitionable", "jax_default_matmul_precision", "jax_numpy_dtype_promotion",
+                  "jax_numpy_rank_promotion", "jax_softmax_custom_jvp", "jax_high_dynamic_range_gumbel",
+                  "jax_random_seed_offset", "jax_enable_x64", "jax_disable_jit")
 
 
 def _package_digest() -> str:
@@ -76,6 +85,19 @@ def _versions() -> dict:
     return versions
 
 
+def _trace_settings() -> dict:
+    names = set(TRACE_SETTINGS)
+    try:  # jax's own list of the settings its jit caches are keyed on (private, so optional)
+        from jax._src import config as jax_config
+
+        listed = jax_config.trace_context_names
+        names.update(name for name in (listed() if callable(listed) else listed) if name.startswith("jax_"))
+    except (ImportError, AttributeError, TypeError):
+        pass
+    values = jax.config.values
+    return {name: str(values[name]) for name in sorted(names) if name in values}
+
+
 def key_material(config) -> dict:
     """What the stored programs of a run with `config` (resolved) depends on, as JSON-able data."""
     return {"config": {name: value for name, value in config.to_dict().items() if name not in RUN_ONLY},
@@ -84,7 +106,7 @@ def key_material(config) -> dict:
 
 def base_material() -> dict:
     """What every stored program depends on besides its own settings: this package's code, the libraries, the
-    backend and its devices, XLA's flags."""
+    backend and its devices, XLA's flags, the jax settings that change a trace (TRACE_SETTINGS)."""
     return {
         "format": FORMAT,
         "code": _package_digest(),
@@ -94,6 +116,7 @@ def base_material() -> dict:
         "devices": [d.device_kind for d in jax.devices()],
         "processes": jax.process_count(),
         "x64": bool(jax.config.jax_enable_x64),
+        "jax_settings": _trace_settings(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
 
