@@ -115,8 +115,7 @@ def base_material() -> dict:
         "backend": jax.default_backend(),
         "devices": [d.device_kind for d in jax.devices()],
         "processes": jax.process_count(),
-        "x64": bool(jax.config.jax_enable_x64),
-        "jax_settings": _trace_settings(),
+        "jax_settings": _trace_settings(),  # jax_enable_x64 among them
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
 
