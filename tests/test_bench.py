@@ -157,11 +157,12 @@ def test_every_pipeline_case_builds_the_config_it_names():
     default, bare = configs["hackmatrix-ppo-2048x128"], configs["hackmatrix-ppo-2048x128-ego-noteacher"]
     assert (default.ppo.teacher, bare.ppo.teacher) == ("exit-rush-collector", "none")  # the defaults less their teacher
     assert (bare.network.hidden_dim, bare.network.cell_dim) == (default.network.hidden_dim, default.network.cell_dim)
-    # The training env of 5-6 Dec beside today's (what the late-start curriculum costs): configs/hackmatrix-tpu-
-    # acquired2.yaml's list, the rest the defaults.
+    # The training env without the late-start curriculum and with acquisitions paid 2 beside the default (what the
+    # curriculum costs): that list, the rest the defaults.
     acquired2 = configs["hackmatrix-ppo-2048x128-acquired2"]
-    frozen = load_config_file(os.path.join(ROOT, "configs", "hackmatrix-tpu-acquired2.yaml"))
-    assert acquired2.env.env_params == frozen.env.env_params != default.env.env_params
+    assert acquired2.env.env_params == ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1",
+                                        "undo_across_stages=0", "program_acquired_coef=2",
+                                        "program_acquired_at_clear=1") != default.env.env_params
     assert dataclasses.replace(acquired2, env=default.env) == default
     port_size = configs["hackmatrix-ppo-2048x128-mlp256"]  # the port's network size, set against its trainer
     assert (port_size.network.encoder, port_size.network.hidden_dim, port_size.network.num_layers,

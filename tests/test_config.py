@@ -42,75 +42,66 @@ def test_base_inheritance_and_command_line_precedence(tmp_path):
 
 
 def test_presets_load_and_validate():
-    presets = {name: resolve(load_config_file(os.path.join(ROOT, "configs", f"{name}.yaml")))[0]
-               for name in ("cartpole", "hackmatrix-tpu", "hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe",
-                            "hackmatrix-tpu-acquired2", "hackmatrix-tpu-noacquired", "hackmatrix-tpu-curr8scaled",
-                            "hackmatrix-tpu-curr8scaled-progs", "hackmatrix-tpu-curr8scaled-pa4",
-                            "deepsea-dtc", "deepsea-dreamer", "hackmatrix-dreamer", "hackmatrix-dreamer-2e7")}
+    names = sorted(os.path.splitext(f)[0] for f in os.listdir(os.path.join(ROOT, "configs")))
+    assert names == ["cartpole", "deepsea", "deepsea-dreamer", "deepsea-dtc", "hackmatrix-dreamer",
+                     "hackmatrix-dreamer-2e7", "hackmatrix-tpu"]
+    presets = {name: resolve(load_config_file(os.path.join(ROOT, "configs", f"{name}.yaml")))[0] for name in names}
     cartpole = presets["cartpole"]  # PureJaxRL's settings
     assert (cartpole.env.num_envs, cartpole.env.num_steps, cartpole.env.total_timesteps) == (4, 128, 500_000)
     assert (cartpole.ppo.num_minibatches, cartpole.ppo.update_epochs, cartpole.ppo.lr, cartpole.ppo.ent_coef) == \
         (4, 4, 2.5e-4, 0.01)
     assert (cartpole.network.hidden_dim, cartpole.network.num_layers, cartpole.network.activation) == (64, 2, "tanh")
     tpu = presets["hackmatrix-tpu"]
-    assert (tpu.env.name, tpu.env.num_envs, tpu.env.total_timesteps) == ("hackmatrix", 2048, 10**8)  # issue 22's full budget
-    assert (tpu.ppo.teacher, tpu.ppo.teacher_fraction, tpu.network.encoder) == ("exit-rush-collector", 0.5, "ego")
-    assert (tpu.network.hidden_dim, tpu.network.cell_dim) == (128, 8)  # the measured best run's
+    assert (tpu.env.name, tpu.env.num_envs, tpu.env.total_timesteps) == ("hackmatrix", 2048, 10**8)
+    assert (tpu.ppo.teacher, tpu.ppo.teacher_fraction, tpu.ppo.ent_coef) == ("exit-rush-collector", 0.5, 0.1)
+    assert (tpu.network.hidden_dim, tpu.network.cell_dim, tpu.run.save_interval_minutes) == (128, 8, 10)
+    assert cfg.env_defaults("hackmatrix")["encoder"] == "ego" and tpu.network.encoder in ("auto", "ego")
     assert tpu.env.env_params == ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1",
                                   "undo_across_stages=0", "program_acquired_coef=4", "program_acquired_at_clear=1",
                                   "curriculum_share=0.25", "curriculum_max_stage=8", "curriculum_program_prob=0.02",
                                   "victory_bonus=100", "victory_score_coef=0", "curriculum_reward_scale=1")
-    # The runs of "Acquisitions paid 4 with the scaled curriculum" name their own file: the shipped one since 6 Dec.
-    assert presets["hackmatrix-tpu-curr8scaled-pa4"] == tpu
-    # The scaled late-start curriculum ("Why the late starts cost the early stages"): the file of 5 Dec plus the
-    # curriculum's six training items, nothing else.
-    curriculum, acquired2 = presets["hackmatrix-tpu-curr8scaled"], presets["hackmatrix-tpu-acquired2"]
-    assert curriculum.env.env_params == acquired2.env.env_params + (
-        "curriculum_share=0.25", "curriculum_max_stage=8", "curriculum_program_prob=0.02", "victory_bonus=100",
-        "victory_score_coef=0", "curriculum_reward_scale=1")
-    assert dataclasses.replace(curriculum, env=dataclasses.replace(
-        curriculum.env, env_params=acquired2.env.env_params)) == acquired2
-    # The same with its program terms exempt from the scale ("Programs exempt from the scale"): one item more.
-    exempt = presets["hackmatrix-tpu-curr8scaled-progs"]
-    assert exempt.env.env_params == curriculum.env.env_params + ("curriculum_programs_unscaled=1",)
-    assert dataclasses.replace(exempt, env=dataclasses.replace(
-        exempt.env, env_params=curriculum.env.env_params)) == curriculum
-    # The shipped file since 6 Dec: the scaled curriculum with acquisitions paid 4 instead of 2, nothing else.
-    assert tpu.env.env_params == tuple("program_acquired_coef=4" if item == "program_acquired_coef=2" else item
-                                       for item in curriculum.env.env_params)
-    assert dataclasses.replace(curriculum, env=dataclasses.replace(
-        curriculum.env, env_params=tpu.env.env_params)) == tpu
-    # The file from 2 Dec (evening) to 5 Dec, which "The default at the issue's full budget" ran: the file of 5-6 Dec
-    # less the two acquisition parameters, nothing else.
-    unpaid = presets["hackmatrix-tpu-noacquired"]
-    assert acquired2.env.env_params == unpaid.env.env_params + ("program_acquired_coef=2", "program_acquired_at_clear=1")
-    assert dataclasses.replace(unpaid, env=dataclasses.replace(unpaid.env, env_params=acquired2.env.env_params)) \
-        == acquired2
-    # The file at 5e7 (2 Dec, until its budget doubled), which that section's commands name: only the budget differs
-    # from the file of 2 Dec (evening).
-    half = presets["hackmatrix-tpu-5e7"]
-    assert half.env.total_timesteps == 5 * 10**7
-    assert dataclasses.replace(half, env=dataclasses.replace(half.env, total_timesteps=tpu.env.total_timesteps)) == unpaid
-    programs = presets["hackmatrix-tpu-programs"]  # the file from 29 Nov to 2 Dec, which those specs/ commands name
-    assert (programs.ppo.teacher, programs.ppo.teacher_fraction, programs.network.hidden_dim, programs.env.env_params) \
-        == ("exit-rush-programs", 0.5, 128, ("program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1"))
-    safe = presets["hackmatrix-tpu-safe"]  # the file before 29 Nov, which earlier commands in specs/ name
-    assert (safe.ppo.teacher, safe.ppo.teacher_fraction, safe.network.hidden_dim, safe.env.env_params) == \
-        ("exit-rush-safe", 1.0, 256, ())
     assert (tpu.ppo.num_minibatches, tpu.ppo.update_epochs) == (32, 2)  # auto-scaled
-    # The frozen files name every value of HackMatrix's defaults themselves, so moving a default leaves their runs be.
-    for frozen in ("hackmatrix-tpu-5e7", "hackmatrix-tpu-programs", "hackmatrix-tpu-safe", "hackmatrix-tpu-acquired2",
-                   "hackmatrix-tpu-noacquired", "hackmatrix-tpu-curr8scaled", "hackmatrix-tpu-curr8scaled-pa4"):
-        raw = load_config_file(os.path.join(ROOT, "configs", f"{frozen}.yaml"))
-        named = {"ent_coef": raw.ppo.ent_coef, "teacher": raw.ppo.teacher, "teacher_fraction": raw.ppo.teacher_fraction,
-                 "encoder": raw.network.encoder, "hidden_dim": raw.network.hidden_dim,
-                 "cell_dim": raw.network.cell_dim, "env_params": raw.env.env_params}
-        assert set(named) == set(cfg.ENV_DEFAULTS["hackmatrix"]), frozen
-        assert all(v is not None and v != "auto" for v in named.values()), (frozen, named)
+    # The TPU preset is HackMatrix's defaults at the TPU size and budget: the defaults live in ENV_DEFAULTS alone.
+    assert resolve(TrainConfig().replace(num_envs=2048, total_timesteps=10**8, save_interval_minutes=10))[0] == tpu
+    deepsea = presets["deepsea"]  # the DeepSea experiment's sizes, the base of both DeepSea presets
+    for name in ("deepsea-dtc", "deepsea-dreamer"):
+        preset = presets[name]
+        assert (preset.env.name, preset.env.num_envs, preset.env.num_steps, preset.ppo.lr, preset.ppo.anneal_lr,
+                preset.network.hidden_dim, preset.stages.dtc.seq_len, preset.stages.dtc.replay_ratio) == \
+            ("deepsea:10", 16, 32, 1e-3, False, 64, 8, 4.0), name
+    assert (deepsea.agent, deepsea.extra_stages) == ("ppo", ())
     assert presets["deepsea-dtc"].extra_stages == cfg.DTC_STAGES
     assert presets["deepsea-dreamer"].extra_stages == cfg.DREAMER_STAGES
     assert presets["hackmatrix-dreamer"].extra_stages == cfg.DREAMER_STAGES
     assert presets["hackmatrix-dreamer-2e7"].extra_stages == cfg.DREAMER_STAGES
+
+
+def test_presets_write_each_value_once():
+    """No option (but the env and agent a file is for) is written with the same value in two preset files (a shared
+    value goes into a base file), and no preset repeats a value its env's defaults (config.ENV_DEFAULTS,
+    DREAMER_ENV_DEFAULTS) already give."""
+    import yaml
+
+    from hephaestus.config_files import _flatten
+    from hephaestus.dtc.options import DREAMER_ENV_DEFAULTS
+
+    seen = {}
+    for file in sorted(os.listdir(os.path.join(ROOT, "configs"))):
+        path = os.path.join(ROOT, "configs", file)
+        with open(path) as f:
+            data = yaml.safe_load(f)
+        data.pop("base", None)
+        chain = resolve(load_config_file(path))[0]
+        env, env_family = chain.env.name, chain.env.name.partition(":")[0]
+        family = {**cfg.ENV_DEFAULTS.get(env_family, {}), **cfg.ENV_DEFAULTS.get(env, {}),
+                  **DREAMER_ENV_DEFAULTS.get(env_family, {})}
+        for name, value in _flatten(data, path).items():
+            if name in ("env", "agent"):
+                continue  # what a file is for, not a setting
+            assert (name, value) not in seen, f"{file}: {name}={value!r} also in {seen.get((name, value))}"
+            seen[(name, value)] = file
+            assert family.get(name, object()) != value, f"{file}: {name}={value!r} is the env's default"
+
 
 
 def test_hackmatrix_dreamer_config_file_trains_what_the_measured_row_ran():

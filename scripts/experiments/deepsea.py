@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -468,7 +469,8 @@ def parse_args(argv=None):
                    "and N(0, 1) reward noise at the chain's ends; solved below 0.8 bad episodes, from episode 100")
     p.add_argument("--quick", action="store_true", help="defaults for a smoke run: 2 sizes (6, 8), 3 seeds, 300 "
                    "episodes, small models (explicit flags still win)")
-    p.add_argument("--out", default="deepsea", help="writes OUT.json, OUT.md (table) and OUT.png")
+    p.add_argument("--out", default=os.path.join("checkpoints", "experiments", "deepsea"),
+                   help="writes OUT.json, OUT.md (table) and OUT.png (default: under checkpoints/experiments/)")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="runs nothing: the rows of these earlier OUT.json "
                    "files in one OUT.md table and OUT.png plot (PPO: the entropy coefficient the first file chose)")
     if "--quick" in argv:  # quick defaults; flags given explicitly still win
@@ -480,6 +482,8 @@ def parse_args(argv=None):
                                   *DREAMER_VARIANT_FLAGS.values())}
     if args.out.endswith(".json"):  # --out x.json means x (x.json, x.md, x.png), not x.json.json
         args.out = args.out[:-len(".json")]
+    if os.path.dirname(args.out):
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
     return p, args
 
 
