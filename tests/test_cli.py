@@ -15,14 +15,35 @@ def train(*args, cwd=None):
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
-def test_help_explains_every_flag():
+def test_help_shows_the_common_flags_by_section_and_names_the_others():
     out = train("--help")
     assert out.returncode == 0
-    for flag in ("--env", "--total-timesteps", "--num-envs", "--num-steps", "--lr", "--anneal-lr", "--no-anneal-lr",
-                 "--gamma", "--gae-lambda", "--num-minibatches", "--update-epochs", "--clip-eps", "--vf-coef",
-                 "--ent-coef", "--max-grad-norm", "--hidden-dim", "--num-layers", "--seed", "--log-interval",
-                 "--run-name", "--encoder", "--cell-dim", "--obs-dtype", "--startup-timeout"):
+    for flag in ("--config", "--env", "--total-timesteps", "--num-envs", "--num-steps", "--env-params", "--lr",
+                 "--ent-coef", "--teacher", "--hidden-dim", "--encoder", "--agent", "--seed", "--num-seeds",
+                 "--run-name", "--resume", "--save-interval-minutes", "--eval-every", "--wandb"):
         assert flag in out.stdout, flag
+    for rare in ("--gae-lambda", "--dtc-deter-dim", "--dreamer-entropy", "--rnd-coef", "--keep-optimizer"):
+        assert rare not in out.stdout, rare
+    for section in ("environment:", "PPO:", "network:", "run, checkpoints and devices:"):
+        assert section in out.stdout, section
+    assert "--help-all" in out.stdout and "dtc (" in out.stdout and "dreamer (" in out.stdout
+    assert len(out.stdout.splitlines()) < 160  # a screen or two, against every flag's ~670 lines
+
+
+def test_help_all_and_help_section_explain_every_flag():
+    from hephaestus.config import options
+
+    out = train("--help-all")
+    assert out.returncode == 0
+    for option in options().values():
+        assert option.flag in out.stdout, option.flag
+    for flag in ("--no-anneal-lr", "--config", "--startup-timeout", "--obs-dtype"):
+        assert flag in out.stdout, flag
+    dtc = train("--help", "dtc")
+    assert dtc.returncode == 0 and "--dtc-deter-dim" in dtc.stdout and "--lr " not in dtc.stdout
+    assert "--gae-lambda" in train("--help", "ppo").stdout
+    bad = train("--help", "bogus")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "sections:" in bad.stderr
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -2,7 +2,8 @@
 
 The flags are generated from the config's dataclasses (config.options()): one flag per option, named by its flat
 name (`--num-envs`) or its field's "flag" metadata (`--project`), help from the field's docstring, grouped by
-section. Only flags given on the command line change anything: a parsed namespace holds nothing else, so the same
+section. `--help` shows the common ones (COMMON_FLAGS) and names the sections, `--help SECTION` one section,
+`--help-all` every flag. Only flags given on the command line change anything: a parsed namespace holds nothing else, so the same
 flags apply on top of the defaults, of a `--config` file, or of a resumed checkpoint's stored config:
 
     defaults  <  --config FILE (and its base: chain)  <  flags           a new run
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import textwrap
 
 from hephaestus.config import Option, TrainConfig, env_param_name, env_params_of, options
 
@@ -97,13 +99,78 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         _add_option(groups[option.group], option)
 
 
+# The flags a newcomer changes, by section: `--help` shows these; `--help SECTION` one section; `--help-all` every flag.
+COMMON_FLAGS = ("--config", "--env", "--num-envs", "--num-steps", "--total-timesteps", "--env-params", "--lr",
+                "--ent-coef", "--teacher", "--hidden-dim", "--encoder", "--agent", "--seed", "--num-seeds",
+                "--run-name", "--resume", "--save-interval-minutes", "--eval-every", "--wandb", "--num-devices")
+DESCRIPTION = ("Train PPO with the whole loop (env, rollout, GAE, update) compiled into one XLA program. Prints one "
+               "line per chunk and writes <checkpoint-dir>/<run-name>/metrics.jsonl.")
+
+
 def build_parser() -> OneLineParser:
-    p = OneLineParser(prog="train_purejaxrl.py",
-                      description="Train PPO with the whole loop (env, rollout, GAE, update) compiled into one "
-                                  "XLA program. Prints one line per chunk and writes "
-                                  "<checkpoint-dir>/<run-name>/metrics.jsonl.")
+    p = OneLineParser(prog="train_purejaxrl.py", description=DESCRIPTION, add_help=False)
+    g = p.add_argument_group("help")
+    g.add_argument("-h", "--help", nargs="?", const="", metavar="SECTION", action=_HelpAction,
+                   help="the common flags; with SECTION, every flag of that section (e.g. --help ppo)")
+    g.add_argument("--help-all", nargs=0, action=_HelpAction, help="every flag of every section")
     add_train_arguments(p)
     return p
+
+
+def _sections(parser: argparse.ArgumentParser) -> dict:
+    """{section title: its flag actions} of the parser's option sections (not help)."""
+    return {group.title: [a for a in group._group_actions] for group in parser._action_groups
+            if group.title not in ("help", "positional arguments", "options") and group._group_actions}
+
+
+def _find_section(sections: dict, wanted: str):
+    """The section titled `wanted`, or whose title's last word or words after ': ' are `wanted` (any case)."""
+    wanted = wanted.strip().lower()
+    for title in sections:
+        names = {title.lower(), title.lower().rpartition(": ")[2], title.lower().split(",")[0].split()[0]}
+        if wanted in names:
+            return title
+    return None
+
+
+def help_text(parser: argparse.ArgumentParser, section: str | None) -> str:
+    """--help (section None: the common flags), --help SECTION (one section), --help-all (section "all")."""
+    sections = _sections(parser)
+    show = OneLineParser(prog=parser.prog, description=parser.description, add_help=False)
+    if section == "all":
+        chosen = sections
+    elif section:
+        title = _find_section(sections, section)
+        if title is None:
+            parser.exit(2, f"{parser.prog}: error: no help section {section!r} (sections: "
+                           f"{', '.join(_short_name(t) for t in sections)})\n")
+        chosen = {title: sections[title]}
+    else:
+        chosen = {title: [a for a in actions if set(a.option_strings) & set(COMMON_FLAGS)]
+                  for title, actions in sections.items()}
+        chosen = {title: actions for title, actions in chosen.items() if actions}
+    for title, actions in chosen.items():
+        group = show.add_argument_group(title)
+        for action in actions:
+            group._add_action(action)
+    text = show.format_help()
+    if section != "all":
+        listed = ", ".join(f"{_short_name(t)} ({len(a)})" for t, a in sections.items())
+        text += "\n" + textwrap.fill(f"Sections (flags in each): {listed}. --help SECTION shows every flag of one "
+                                     "section (e.g. --help dtc), --help-all every flag.", width=79) + "\n"
+    return text
+
+
+def _short_name(title: str) -> str:
+    """The name --help SECTION takes for a section title: `stage options: dtc` -> dtc, `PPO` -> ppo."""
+    return title.rpartition(": ")[2].split(",")[0].split()[0].lower()
+
+
+class _HelpAction(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        section = "all" if option_string == "--help-all" else (values or None)
+        print(help_text(parser, section), end="")
+        parser.exit(0)
 
 
 def given(args: argparse.Namespace) -> dict:
