@@ -42,7 +42,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "specs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "specs").rglob("*.md"))]  # result pages (specs/results/) too
 
 TINY_TRAIN = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64", "--num-minibatches", "1",
               "--update-epochs", "1", "--hidden-dim", "16", "--num-layers", "1", "--log-interval", "1",
