@@ -26,6 +26,8 @@ Rewritten so that they are fast (the command is otherwise run as written):
                                  `--quick` (TESTED_ELSEWHERE) get only `--help` here: the same minute twice.
   * `RUN` (a placeholder)        the name of a run this test trains first (TINY_TRAIN); `--latest` finds it too.
   * `checkpoints/<run>/<n>/`     a step the tiny run did not reach becomes the run's earliest step directory.
+  * `checkpoints/pretrained/<x>` a shipped agent of this checkout: run from the checkout where it is there, else
+                                 (not shipped in this checkout) the tiny run stands in for it, as for `RUN`.
 
 Like every test, the commands compile with LLVM at -O0 (tests/conftest.py): they check that a command works, not
 its speed.
@@ -121,6 +123,21 @@ def _earliest_step(run_dir: Path):
     return run_dir / str(steps[0]) if steps else run_dir
 
 
+PRETRAINED = "checkpoints/pretrained/"
+
+
+def _pretrained(arg: str, run_name: str) -> str:
+    """A shipped agent's path: the checkout's copy where it exists, else the tiny run's folder."""
+    return str(ROOT / arg) if (ROOT / arg).exists() else f"checkpoints/{run_name}"
+
+
+def _needs_run(commands) -> bool:
+    """Whether a block names a run it does not train: `RUN`, `--latest`, or a shipped agent not in this checkout."""
+    args = [a for c in commands for a in shlex.split(c)]
+    return any(a == "RUN" or "/RUN" in a or a == "--latest" or (a.startswith(PRETRAINED) and not (ROOT / a).exists())
+               for a in args)
+
+
 def rewrite(command: str, cwd: Path, run_name: str):
     """The argv (script first) to run for a doc command, after the rules in the module docstring."""
     argv = shlex.split(command)[1:]  # drop "python"
@@ -128,6 +145,7 @@ def rewrite(command: str, cwd: Path, run_name: str):
     argv[0] = str(ROOT / script)
     argv = [run_name if a == "RUN" else a.replace("/RUN/", f"/{run_name}/").replace("/RUN", f"/{run_name}")
             for a in argv]
+    argv = [_pretrained(a, run_name) if a.startswith(PRETRAINED) else a for a in argv]
     for i, arg in enumerate(argv):  # a step directory the tiny run did not reach -> its earliest step
         m = re.fullmatch(r"(checkpoints/[^/]+)/(\d+)/?", arg)
         if m and not (cwd / arg).exists() and (cwd / m.group(1)).is_dir():
@@ -161,6 +179,9 @@ def test_doc_commands_are_found():
     readme = (ROOT / "README.md").read_text()
     assert skip_reason("python scripts/tpu/create.py $NAME --zone $ZONE") and "scripts/tpu/" in readme
     assert not skip_reason("python scripts/train_purejaxrl.py --env jumanji:Snake-v1")
+    shipped = "python scripts/watch_agent.py checkpoints/pretrained/hackmatrix"
+    assert shipped in readme and _needs_run([shipped]) != (ROOT / "checkpoints/pretrained/hackmatrix").exists()
+    assert rewrite(shipped, ROOT, "doc-run")[1] in (str(ROOT / "checkpoints/pretrained/hackmatrix"), "checkpoints/doc-run")
 
 
 # One xdist group: the blocks run one after another on one worker, so the programs many of them share (the tiny
@@ -171,8 +192,7 @@ def test_doc_commands_are_found():
 @pytest.mark.parametrize("commands", doc_blocks())
 def test_doc_block_runs(commands, tmp_path):
     run_name = "doc-run"
-    needs_run = any(a == "RUN" or "/RUN" in a or a == "--latest" for c in commands for a in shlex.split(c))
-    if needs_run and not any("train_purejaxrl.py" in c for c in commands):
+    if _needs_run(commands) and not any("train_purejaxrl.py" in c for c in commands):
         result = _run([str(ROOT / "scripts/train_purejaxrl.py"), "--env", "gymnax:CartPole-v1",
                        "--run-name", run_name, *TINY_TRAIN], tmp_path)
         assert result.returncode == 0, result.stderr[-2000:]
