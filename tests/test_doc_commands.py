@@ -1,4 +1,4 @@
-"""Every command the docs show runs: each ```bash block of README.md and specs/*.md is parsed, its
+"""Every command the docs show runs: each ```bash block of README.md and specs/ (result pages included) is parsed, its
 `python scripts/...` commands are run in order at a tiny budget in a fresh folder, and a non-zero exit fails.
 
 Nothing is listed by hand: a command added to the docs is tested the next time the suite runs. The rules
