@@ -122,7 +122,7 @@ def test_bench_says_in_one_line_when_the_port_folder_has_no_trainer(tmp_path):
 
 
 def test_a_failing_port_trainer_is_reported_by_the_case_not_a_traceback(tmp_path):
-    write_fake_port(tmp_path, {**FAKE_PORT, "hackmatrix/purejaxrl/__init__.py": "import distrax\n"})
+    write_fake_port(tmp_path, {**FAKE_PORT, "hackmatrix/purejaxrl/__init__.py": "raise ImportError('No module named distrax')\n"})
     out = subprocess.run([sys.executable, BENCH, "--port-dir", str(tmp_path), "--cases", "hackmatrix-ppo-2048x128-port"],
                          capture_output=True, text=True, timeout=300)
     line = next(l for l in out.stdout.splitlines() if l.startswith("hackmatrix-ppo-2048x128-port"))
