@@ -285,7 +285,7 @@ def test_a_refused_corrupt_checkpoint_prints_no_event_loop_noise(saved_run, tmp_
     error_line(resume.stderr, "unreadable")
     inspect = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "inspect_checkpoint.py"), str(run_dir)],
                              capture_output=True, text=True, env=subprocess_env(), timeout=300)
-    assert inspect.returncode == 1
+    assert inspect.returncode == 2
     error_line(inspect.stderr, "unreadable")
 
 
@@ -378,7 +378,7 @@ def test_watch_save_target_is_checked_before_playing(tmp_path, capsys, monkeypat
         raise AssertionError("the agent was loaded before --save was checked")
 
     monkeypatch.setattr(watch, "Player", never)
-    assert watch.main([cartpole_params, "--save", str(tmp_path / target)], compile_cache=False) == 1
+    assert watch.main([cartpole_params, "--save", str(tmp_path / target)], compile_cache=False) == 2
     error_line(capsys.readouterr().err, needle)
 
 
