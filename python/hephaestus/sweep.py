@@ -22,6 +22,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -535,6 +536,11 @@ def main(argv=None) -> int:
     except (OSError, SinkError) as err:  # a full disk, the folder gone: one line, and what is kept
         stopped = group.name if group is not None and len(done) < len(groups) else None
         fail(write_failure_text(err, stopped, done, args.out), code=1)
+    except KeyboardInterrupt:  # Ctrl-C: the completed programs stay, and --resume keeps them
+        kept = f"; complete: {', '.join(done)}; rerun with --resume to keep them" if done else ""
+        print(f"sweep: interrupted{f' during program {group.name}' if group is not None else ''}{kept}",
+              file=sys.stderr)
+        return 130
     print(open(paths[1]).read().rstrip())
     print(f"sweep done in {time.perf_counter() - t0:.0f}s: {', '.join(paths)}")
     return 0

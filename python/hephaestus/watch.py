@@ -661,6 +661,9 @@ def main(argv=None, compile_cache: bool = True) -> int:
     except WatchError as err:  # bad input (a path, a file, a flag, no display): exit 2, as every script
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # writing --save after playing: a full disk
+        print(f"error: writing {err.filename or args.save} failed: {err.strerror or err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 130
