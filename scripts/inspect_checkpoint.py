@@ -7,7 +7,7 @@
 
 Prints the update and env-step counters, the package version, the environment and network shape, the
 config, every array's shape and dtype, and the last metrics record. A bad path or a checkpoint that does not
-load is one line on stderr and exit code 1.
+load is one line on stderr and exit code 2 (bad input, as every script).
 """
 
 import sys

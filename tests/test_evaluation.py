@@ -385,7 +385,7 @@ def test_evaluate_curve_appends_a_line_per_evaluation_that_plot_runs_draws(finis
     assert len(records) == 1 and len(seed_series(records, "eval/return_mean")) == 1
     for argv, code in (([str(finished_run), "--curve", str(tmp_path / "no" / "c.jsonl")], 2),
                        (["--random", "--env", "gymnax:CartPole-v1", "--curve", str(curve)], 2),
-                       ([str(finished_run), "--episodes", "3", "--max-steps", "10", "--curve", str(tmp_path)], 1)):
+                       ([str(finished_run), "--episodes", "3", "--max-steps", "10", "--curve", str(tmp_path)], 2)):  # a folder: refused before playing
         assert main(argv) == code, argv
         err = capsys.readouterr().err
         assert err.startswith("evaluate.py: error:") and err.count("\n") == 1, err

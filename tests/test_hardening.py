@@ -285,7 +285,7 @@ def test_a_refused_corrupt_checkpoint_prints_no_event_loop_noise(saved_run, tmp_
     error_line(resume.stderr, "unreadable")
     inspect = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "inspect_checkpoint.py"), str(run_dir)],
                              capture_output=True, text=True, env=subprocess_env(), timeout=300)
-    assert inspect.returncode == 1
+    assert inspect.returncode == 2
     error_line(inspect.stderr, "unreadable")
 
 
@@ -378,7 +378,7 @@ def test_watch_save_target_is_checked_before_playing(tmp_path, capsys, monkeypat
         raise AssertionError("the agent was loaded before --save was checked")
 
     monkeypatch.setattr(watch, "Player", never)
-    assert watch.main([cartpole_params, "--save", str(tmp_path / target)], compile_cache=False) == 1
+    assert watch.main([cartpole_params, "--save", str(tmp_path / target)], compile_cache=False) == 2
     error_line(capsys.readouterr().err, needle)
 
 
@@ -573,3 +573,270 @@ def test_sighup_after_the_terminal_is_gone_still_saves(tmp_path):
     final = ck.locate(str(tmp_path / "h")).step  # saved where it stopped, not only at the last periodic save:
     assert final == records(tmp_path / "h" / "metrics.jsonl")[-1]["update"]
     assert load_params_npz(str(tmp_path / "h" / "final_params.npz"))[1]["update"] == final
+
+
+# ------------------------------------------------------------------------------------------------ sweeps, resume,
+# evaluate, watch, plot: lost or misstated work and the last tracebacks (one test per case)
+SWEEP_TINY = ["--env", "gymnax:CartPole-v1", "--num-steps", "8", "--hidden-dim", "16", "--num-layers", "1",
+              "--num-minibatches", "2", "--update-epochs", "1", "--total-timesteps", "64", "--seeds", "1",
+              "--final-eval-episodes", "0", "--eval-every", "0", "--no-wandb"]
+
+
+def sweep_exit(argv):
+    from hephaestus import sweep as sw
+
+    try:
+        return sw.main(argv)
+    except SystemExit as exit_:
+        return exit_.code
+
+
+def test_a_sweep_into_an_out_holding_an_earlier_sweep_is_refused_and_the_earlier_one_kept(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    (out / "g_num_envs-4").mkdir(parents=True)
+    (out / "g_num_envs-4" / "metrics.jsonl").write_text('{"update": 1, "env_steps": 32}\n')
+    (out / "results.csv").write_text("num_envs,mean_episode_return_mean\n4,12\n")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert sweep_exit([*SWEEP_TINY, "--grid", "num-envs=4,8", "--out", str(out)]) == 2
+    error_line(capsys.readouterr().err, "holds an earlier sweep")
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sweep_exit([*SWEEP_TINY, "--grid", "num-envs=4", "--out", str(out), "--resume", "--overwrite"]) == 2
+    error_line(capsys.readouterr().err, "--resume or --overwrite, not both")
+
+
+@pytest.mark.heavy
+def test_a_killed_sweep_resumes_with_only_its_unfinished_programs_and_overwrite_replaces_it(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    argv = [*SWEEP_TINY, "--grid", "num-envs=4,8", "--out", str(out)]
+    assert sweep_exit(argv) == 0
+    table = (out / "results.csv").read_text()
+    # kill -9 while the second program trained: its folder has part of its metrics and no result.json, and no
+    # summary was written
+    (out / "g_num_envs-8" / "result.json").unlink(missing_ok=True)
+    (out / "g_num_envs-8" / "metrics.jsonl").write_text('{"update": 1, "env_steps": 6')
+    for name in ("results.csv", "results.md", "curves.png"):
+        (out / name).unlink()
+    first = (out / "g_num_envs-4" / "metrics.jsonl").stat()
+    capsys.readouterr()
+    assert sweep_exit(argv) == 2  # without --resume: refused, nothing touched
+    error_line(capsys.readouterr().err, "--resume")
+    assert sweep_exit([*argv, "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "g_num_envs-4: completed earlier with the same settings; kept" in printed
+    assert "g_num_envs-8: 1 point(s)" in printed and "g_num_envs-4: 1 point(s)" not in printed
+    again = (out / "g_num_envs-4" / "metrics.jsonl").stat()
+    assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+    assert (out / "results.csv").read_text() == table  # the recomputed program is the one the kill interrupted
+    # other settings: a kept program is not reused for them
+    assert sweep_exit([*argv, "--resume", "--lr", "1e-3"]) == 0
+    assert "kept" not in capsys.readouterr().out
+    # --overwrite: the earlier sweep's program folders go, also those the new grid does not have
+    assert sweep_exit([*SWEEP_TINY, "--grid", "num-envs=4", "--out", str(out), "--overwrite"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["curves.png", "g_num_envs-4", "results.csv", "results.md"]
+
+
+@pytest.mark.parametrize("grid,needle", [
+    (["--grid", "lr=,,"], "--grid 'lr=,,': no values"),
+    (["--grid", "lr=abc,1e-3"], "--grid 'lr=abc,1e-3': 'abc' is not a number for lr"),
+    (["--grid", "num-envs=4,abc"], "--grid 'num-envs=4,abc': 'abc' is not a whole number for num_envs"),
+    (["--grid", "lr=1e-3", "--grid", "lr=3e-4"], "--grid lr is given twice"),
+    (["--random", "0", "--space", "lr=1e-4:1e-3"], "--random N draws N points: N must be at least 1, got 0"),
+])
+def test_bad_sweep_grids_are_one_line_naming_the_flag_and_value(tmp_path, capsys, grid, needle):
+    assert sweep_exit([*SWEEP_TINY, *grid, "--out", str(tmp_path / "s")]) == 2
+    error_line(capsys.readouterr().err, needle)
+    assert not (tmp_path / "s").exists()
+
+
+def edit_stored_config(run_dir, **values):
+    """Change the stored config of every checkpoint of `run_dir` (its metadata file, JSON)."""
+    metas = list(run_dir.glob(f"[0-9]*/{ck.META}/metadata"))
+    assert metas
+    for meta in metas:
+        data = json.loads(meta.read_text())
+        data["config"].update(values)
+        meta.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_a_resume_that_changes_num_steps_is_refused_naming_it(saved_run, tmp_path, capsys, how):
+    run_dir = copy_run(saved_run, tmp_path)
+    (tmp_path / "longer.yaml").write_text("env: {num_steps: 32}\n")
+    change = ["--num-steps", "32"] if how == "flag" else ["--config", str(tmp_path / "longer.yaml")]
+    assert main("--resume", str(run_dir), "--total-timesteps", str(24 * 64), *change) == 2  # 12 updates of 128
+    error_line(capsys.readouterr().err, "--num-steps 32 differs from the checkpoint's 16")
+    assert ck._step_dirs(str(run_dir)) == [4, 8]
+
+
+def test_a_resume_cannot_turn_a_dreamer_into_ppo(saved_run, tmp_path, capsys):
+    run_dir = copy_run(saved_run, tmp_path)
+    edit_stored_config(run_dir, agent="dreamer", extra_stages=["dreamer"], dtc_ensemble_size=1)
+    assert main("--resume", str(run_dir), "--total-timesteps", str(12 * 64), "--agent", "ppo") == 2
+    error_line(capsys.readouterr().err, "--agent ppo: the checkpoint trained --agent dreamer")
+    assert ck._step_dirs(str(run_dir)) == [4, 8]
+
+
+def test_another_agent_on_resume_takes_its_own_stages_so_the_stored_config_is_true(capsys):
+    from hephaestus.cli import check_resume_changes
+    from hephaestus.config import TrainConfig, resolve
+
+    stored, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", agent="dtc"))
+    switched, _ = resolve(check_resume_changes(stored, stored.replace(agent="ppo"), {"agent"}))
+    assert switched.agent == "ppo" and switched.extra_stages == ()
+    assert "--agent dtc -> ppo: extra stages" in capsys.readouterr().err
+    back, _ = resolve(check_resume_changes(switched, switched.replace(agent="disagreement"), {"agent"}))
+    assert back.extra_stages == stored.extra_stages and back.stages.dtc.competence_coef == 0.0
+
+
+def nan_params(tmp_path, cartpole_params):
+    import jax
+
+    from hephaestus.export import load_params_npz, save_params_npz
+
+    params, meta = load_params_npz(cartpole_params)
+    path = tmp_path / "nan" / "final_params.npz"
+    path.parent.mkdir()
+    return save_params_npz(str(path), jax.tree.map(lambda x: np.full_like(x, np.nan), params), env=meta["env"],
+                           network=meta["network"])
+
+
+def test_evaluate_and_watch_refuse_parameters_that_are_not_finite(tmp_path, capsys, cartpole_params):
+    from hephaestus import evaluate_agent, watch
+
+    path = nan_params(tmp_path, cartpole_params)
+    assert evaluate_agent.main([path, "--episodes", "2", "--max-steps", "5"]) == 2
+    out = capsys.readouterr()
+    assert "return" not in out.out
+    assert out.err.count("\n") == 1 and "parameters are not finite" in out.err and "Traceback" not in out.err
+    assert watch.main([path, "--episodes", "1", "--max-steps", "5"], compile_cache=False) == 2
+    error_line(capsys.readouterr().err, "parameters are not finite")
+
+
+@pytest.mark.parametrize("setup,needle", [
+    ("--num-layers 0", "--num-layers must be at least 1"),
+    ("empty", "the file sets no options (empty or only comments)"),
+    ("comments", "the file sets no options (empty or only comments)"),
+    ("nested", "nested too deeply"),
+    ("--num-steps 1000000000 --num-envs 4", "does not fit in 32 bits"),
+])
+def test_configs_that_would_train_nonsense_or_crash_are_refused_before_a_run_folder(tmp_path, capsys, setup,
+                                                                                    needle):
+    args = setup.split() if setup.startswith("--") else ["--config", str(tmp_path / "c.yaml")]
+    text = {"empty": "", "comments": "# nothing yet\n\n# env: {name: hackmatrix}\n",
+            "nested": "env: " + "[" * 20000 + "]" * 20000 + "\n"}.get(setup)
+    if text is not None:
+        (tmp_path / "c.yaml").write_text(text)
+    assert main(*TINY, "--checkpoint-dir", str(tmp_path / "ck"), "--run-name", "r", *args) == 2  # (last flag wins)
+    error_line(capsys.readouterr().err, needle)
+    assert not (tmp_path / "ck").exists()
+
+
+def immutable_folder(tmp_path):
+    """A folder no one (root included) can create files in: chattr +i, or, where the filesystem has no such
+    attribute, a path under a regular file. Yields the folder."""
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    if shutil.which("chattr") and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0:
+        return folder, lambda: subprocess.run(["chattr", "-i", str(folder)], check=True)
+    folder.rmdir()
+    folder.write_text("")
+    return folder, lambda: None
+
+
+def write_metrics(path, values, cut_short=False):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"update": i + 1, "env_steps": 64 * (i + 1), "mean_episode_return": v})
+             for i, v in enumerate(values)]
+    path.write_text("\n".join(lines) + "\n" + ('{"update": 9, "env_st' if cut_short else ""))
+    return path
+
+
+def test_plot_runs_into_a_folder_it_cannot_write_is_one_line(tmp_path, capsys):
+    from hephaestus import plotting
+
+    metrics = write_metrics(tmp_path / "run_s0" / "metrics.jsonl", [1.0, 2.0])
+    folder, unlock = immutable_folder(tmp_path)
+    try:
+        code = plotting.main([str(metrics.parent), "--metric", "mean_episode_return", "--out",
+                              str(folder / "fig.png")])
+    finally:
+        unlock()
+    assert code == 2
+    error_line(capsys.readouterr().err.replace("plot_runs.py: error: ", "error: "), str(folder / "fig.png"))
+
+
+def test_plot_runs_reads_a_run_killed_mid_write_and_nan_metrics_without_warnings(tmp_path, capsys):
+    import warnings
+
+    from hephaestus import plotting
+
+    killed = write_metrics(tmp_path / "killed_s0" / "metrics.jsonl", [1.0, 2.0, 3.0], cut_short=True)
+    nans = write_metrics(tmp_path / "nans_s0" / "metrics.jsonl", [float("nan"), float("nan"), 1.0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code = plotting.main([str(killed.parent), str(nans.parent), "--metric", "mean_episode_return", "--out",
+                              str(tmp_path / "fig.png")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert out.err == "" and not [w for w in caught if issubclass(w.category, RuntimeWarning)], \
+        (out.err, [str(w.message) for w in caught])
+    assert (tmp_path / "fig.png").stat().st_size > 0
+
+
+def test_evaluate_refuses_an_episode_count_that_cannot_fit_at_once(tmp_path, cartpole_params):
+    evaluate = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "evaluate.py"), cartpole_params,
+                               "--episodes", "1000000000000"], capture_output=True, text=True, env=subprocess_env(),
+                              timeout=120)
+    assert evaluate.returncode == 2
+    error_line(evaluate.stderr.replace("evaluate.py: error: ", "error: "), "--episodes 1,000,000,000,000")
+
+
+@pytest.mark.parametrize("flag,target", [("--json", "folder"), ("--json", "locked"), ("--curve", "folder")])
+def test_evaluate_checks_its_outputs_before_playing_and_names_them(tmp_path, capsys, monkeypatch, cartpole_params,
+                                                                   flag, target):
+    from hephaestus import evaluate_agent
+
+    def never(*args, **kwargs):
+        raise AssertionError("the agent was evaluated before its output was checked")
+
+    monkeypatch.setattr(evaluate_agent, "Evaluator", never)
+    (tmp_path / "folder").mkdir()
+    folder, unlock = immutable_folder(tmp_path) if target == "locked" else (tmp_path / "folder", lambda: None)
+    out = str(folder / "eval.json") if target == "locked" else str(folder)
+    try:
+        code = evaluate_agent.main([cartpole_params, "--episodes", "2", flag, out])
+    finally:
+        unlock()
+    assert code == 2
+    line = error_line(capsys.readouterr().err.replace("evaluate.py: error: ", "error: "), f"{flag} {out}:")
+    assert ".tmp" not in line
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_watch_and_inspect_exit_2_on_bad_input_as_train_and_evaluate_do(tmp_path, capsys):
+    from hephaestus import inspect_checkpoint, watch
+
+    assert watch.main([str(tmp_path / "nope.npz")], compile_cache=False) == 2
+    error_line(capsys.readouterr().err, "no such file")
+    with pytest.raises(SystemExit) as exit_:
+        inspect_checkpoint.main([str(tmp_path / "nope")])
+    assert exit_.value.code == 2
+    error_line(capsys.readouterr().err, "no such file")
+
+
+def test_a_fresh_run_on_a_full_disk_leaves_no_folder_or_lock_behind(tmp_path, capsys, monkeypatch):
+    from hephaestus import runlock
+
+    class FullDisk:  # the lock file is created (an inode is free), writing its text fails
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def write(fd, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runlock, "os", FullDisk())
+    code = main(*TINY, "--checkpoint-dir", str(tmp_path / "ck"), "--run-name", "r")
+    assert not (tmp_path / "ck").exists()
+    assert code == 1  # a fault, not bad input
+    error_line(capsys.readouterr().err, "No space left on device")

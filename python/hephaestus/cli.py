@@ -86,14 +86,16 @@ def _add_option(group, option: Option) -> None:
     group.add_argument(option.flag, **kwargs)
 
 
-def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    """Every option of TrainConfig as a flag, plus --config."""
+def add_train_arguments(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """Every option of TrainConfig as a flag (but those `skip` names by flat name), plus --config."""
     g = p.add_argument_group("config files")
     g.add_argument("--config", default=None, metavar="FILE",
                    help="a YAML file of options (configs/*.yaml; `base: other.yaml` inherits one); flags given here "
                         "override it")
     groups = {}
     for option in options().values():
+        if option.flat in skip:
+            continue
         if option.group not in groups:
             groups[option.group] = p.add_argument_group(option.group)
         _add_option(groups[option.group], option)
@@ -206,12 +208,56 @@ def parse(argv=None) -> tuple[TrainConfig, object]:
 
         ckpt = locate(resume_path)
     # a resumed run starts from the resolved config it was trained with, stored in its own run folder
-    base = base_config(args, None if ckpt is None else config_of(ckpt))
+    stored = None if ckpt is None else config_of(ckpt)
+    base = base_config(args, stored)
     flags = given(args)
     config = base.replace(**flags)
     if "env_params" in flags:  # the list under it: the same flags without it
         note_replaced_env_params(base.replace(**{k: v for k, v in flags.items() if k != "env_params"}), config)
+    if stored is not None:
+        config = check_resume_changes(stored, config, set(flags) | set(config_file_options(args)))
     return config, ckpt
+
+
+def config_file_options(args: argparse.Namespace) -> dict:
+    """{flat name: value} the --config file (and its base chain) sets; {} without one."""
+    if not getattr(args, "config", None):
+        return {}
+    from hephaestus.config_files import find_config_file, read_config_file
+
+    return read_config_file(find_config_file(args.config))
+
+
+def check_resume_changes(stored: TrainConfig, config: TrainConfig, given_names: set) -> TrainConfig:
+    """A resume's config against the checkpoint's: the changes a resume cannot honour are refused with one line
+    naming the setting (ConfigError); another --agent is honoured with one line, its stage list and its auto
+    options following the new agent, so the stored config says what trains.
+
+    * --num-steps: the update counter and env_steps (update x num_envs x num_steps) count the run's experience
+      at one rollout length; another one would misstate every env_steps since the checkpoint and the run's end.
+    * --agent across the dreamer (dreamer, dreamer-dtc) and the PPO agents: one learns in place of the PPO update
+      (its own actor-critic, gradient clip and teacher), so the checkpoint's learner cannot continue as the other."""
+    from hephaestus.config import AGENT_AUTO_FALLBACKS, AGENTS, ConfigError, agent_config, learns_by_dreaming
+
+    if config.env.num_steps != stored.env.num_steps:
+        raise ConfigError(f"--num-steps {config.env.num_steps} differs from the checkpoint's {stored.env.num_steps}: "
+                          "a resume keeps the rollout length (its env_steps count updates of that length); resume "
+                          f"with --num-steps {stored.env.num_steps}, or start a new run")
+    if config.agent == stored.agent:
+        return config
+    old_stages = AGENTS[stored.agent][0]
+    extra = config.extra_stages if "extra_stages" in given_names else \
+        tuple(s for s in config.extra_stages if s not in old_stages)
+    # the old agent's values of auto options go back to auto, unless given again: the new agent settles them
+    autos = {name: None for name in AGENT_AUTO_FALLBACKS if name not in given_names}
+    switched = agent_config(config.replace(extra_stages=extra, **autos), config.agent)
+    if learns_by_dreaming(switched) != learns_by_dreaming(stored):
+        raise ConfigError(f"--agent {config.agent}: the checkpoint trained --agent {stored.agent}, and a resume cannot "
+                          "switch between the dreamer and the PPO agents (one learns in place of the other's update); "
+                          "start a new run")
+    print(f"note: resume: --agent {stored.agent} -> {switched.agent}: extra stages "
+          f"{','.join(stored.extra_stages) or 'none'} -> {','.join(switched.extra_stages) or 'none'}", file=sys.stderr)
+    return switched
 
 
 def note_replaced_env_params(before: TrainConfig, after: TrainConfig) -> None:

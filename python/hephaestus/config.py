@@ -803,8 +803,8 @@ def validate(config: TrainConfig) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(log, name)}")
     if run.num_devices < 0:
         raise ConfigError(f"--num-devices must be >= 0 (0 = all), got {run.num_devices}")
-    if net.num_layers < 0:
-        raise ConfigError(f"--num-layers must be >= 0, got {net.num_layers}")
+    if net.num_layers < 1:  # 0 would train a linear policy and value without a word
+        raise ConfigError(f"--num-layers must be at least 1 (hidden layers of the MLP), got {net.num_layers}")
     if not 0.0 <= net.unimix < 1.0:
         raise ConfigError(f"--unimix must be in [0, 1), got {net.unimix}")
     if run.keep_checkpoints <= 0:
@@ -815,6 +815,13 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"--startup-timeout must be 0 (off) or a number of seconds, got {run.startup_timeout}")
     if not run.save_interval_minutes > 0:
         raise ConfigError(f"--save-interval-minutes must be positive, got {run.save_interval_minutes}")
+    if config.batch_size > INT32_MAX:  # indices into the batch are int32 (shuffles, gathers)
+        raise ConfigError(f"batch {env.num_envs:,} envs x {env.num_steps:,} steps = {config.batch_size:,} env steps "
+                          f"per update does not fit in 32 bits (at most {INT32_MAX:,}); lower --num-envs or "
+                          "--num-steps")
+    if config.num_updates > INT32_MAX:  # the update counter is int32
+        raise ConfigError(f"--total-timesteps {env.total_timesteps:,} is {config.num_updates:,} updates of "
+                          f"{config.batch_size:,} env steps, more than the update counter holds ({INT32_MAX:,})")
     if config.batch_size % ppo.num_minibatches:
         raise ConfigError(
             f"batch {env.num_envs} envs x {env.num_steps} steps = {config.batch_size:,} does not divide "
@@ -858,6 +865,9 @@ def validate(config: TrainConfig) -> None:
         check = getattr(getattr(config.stages, family.name), "validate", None)
         if check is not None:
             check(config)
+
+
+INT32_MAX = 2**31 - 1
 
 
 def check_run_name(name: str) -> None:

@@ -12,7 +12,8 @@ not exist from the current directory is looked up from the repository's root (so
 `--config configs/cartpole.yaml` works from any directory).
 
 Keys are the dataclass fields (config.py), so a file reads like the config it builds. Values are type-checked.
-A bad file (unreadable, not YAML, an unknown key, a wrong type, a missing or circular base) is one ConfigError line.
+A bad file (unreadable, not YAML, empty or only comments, nested too deeply, an unknown key, a wrong type, a missing
+or circular base) is one ConfigError line.
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ def read_config_file(path: str, _seen: tuple = ()) -> dict:
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{path}: not valid YAML{where} ({getattr(err, 'problem', None) or type(err).__name__})") \
             from None
-    if data is None:
-        data = {}
+    except RecursionError:  # a document nested thousands of levels deep
+        raise ConfigError(f"{path}: not a config: nested too deeply to read") from None
+    if data is None:  # an empty or comment-only file would silently start the defaults' run
+        raise ConfigError(f"{path}: the file sets no options (empty or only comments)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of options, got {type(data).__name__}")
     values = {}

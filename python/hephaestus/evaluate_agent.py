@@ -33,14 +33,16 @@ def build_parser():
                "greedy by default; the statistics training logs under eval/.")
     p.add_argument("path", nargs="?", help="final_params.npz, params_<n>.npz, a run directory or a checkpoint "
                    "step directory (found as watch_agent.py finds them)")
-    p.add_argument("--episodes", type=int, default=1000, help="episodes, all in parallel (default: 1000)")
+    p.add_argument("--episodes", type=int, default=1000, help="episodes, in parallel batches of --batch-size "
+                   f"(default: 1000, at most {MAX_EPISODES:,})")
     p.add_argument("--max-steps", type=int, default=1000, help="steps per episode at most (default: 1000)")
     p.add_argument("--seed", type=int, default=None, help="PRNG seed of the episodes (default: 0)")
     p.add_argument("--seeds", metavar="S,S,...", type=seed_list, default=None, help="several evaluation seeds "
                    "(e.g. 0,1,2): --episodes games for each with the one compiled program, each seed's line, then "
                    "the mean and sample std over seeds; --json holds them as a --num-seeds run's eval.json does "
                    "(<key>/std, per_seed, per-episode lists per seed)")
-    p.add_argument("--batch-size", type=int, default=0, help="episodes run in parallel per call (default: all); a "
+    p.add_argument("--batch-size", type=int, default=0, help="episodes run in parallel per call (default: all, at "
+                   f"most {DEFAULT_BATCH}); a "
                    "training run's --eval-episodes reuses its compiled program from the compilation cache")
     p.add_argument("--sampled", action="store_true", help="also run sampled-policy episodes (eval_sampled/)")
     p.add_argument("--random", action="store_true", help="the masked-uniform random policy instead of an agent "
@@ -58,6 +60,40 @@ def build_parser():
                    "with the agent's env_steps): evaluations of a run's kept params_<n>.npz in one file are a greedy "
                    "learning curve that plot_runs.py draws (one file per training seed)")
     return p
+
+
+# The most episodes one evaluation holds (their per-episode results stay in memory and go to --json), and the
+# most it plays in parallel when --batch-size is not given (the rest run in further calls of the same program).
+MAX_EPISODES = 10_000_000
+DEFAULT_BATCH = 4096
+
+
+def check_output_path(flag: str, path: str) -> None:
+    """Everything about an output file that can be checked before the evaluation: its folder exists, it is not a
+    folder, and a file can be written there (EvalError naming `flag` and `path`). Leaves nothing behind."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise EvalError(f"{flag} {path}: is a directory; give a file name such as "
+                        f"{os.path.join(path, 'eval.json' if flag == '--json' else 'curve.jsonl')}")
+    if not os.path.isdir(directory):
+        raise EvalError(f"{flag} {path}: directory {directory} does not exist")
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "ab"):
+            pass
+        if flag == "--json":  # written through a temporary file beside it, then renamed
+            probe = path + ".tmp"
+            with open(probe, "ab"):
+                pass
+            os.remove(probe)
+    except OSError as err:
+        raise EvalError(f"{flag} {path}: cannot write there ({err.strerror or err})") from None
+    finally:
+        if not existed and os.path.lexists(path):
+            try:
+                os.remove(path)
+            except OSError:
+                pass
 
 
 def seed_list(text: str) -> tuple[int, ...]:
@@ -100,9 +136,13 @@ def main(argv=None) -> int:
         if args.seed is not None and args.seeds is not None:
             raise EvalError("give --seed or --seeds, not both")
         seeds = args.seeds or (0 if args.seed is None else args.seed,)
+        if args.episodes > MAX_EPISODES:
+            raise EvalError(f"--episodes {args.episodes:,}: more than {MAX_EPISODES:,} episodes' results do not fit in "
+                            "memory (each episode's return, length and statistics are kept); evaluate fewer, or "
+                            "several seeds with --seeds")
         for flag, out in (("--json", args.json), ("--curve", args.curve)):
-            if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-                raise EvalError(f"{flag} {out}: directory does not exist")
+            if out:  # before the games: a refused output after them would lose them
+                check_output_path(flag, out)
         if args.curve and (args.random or args.scripted is not None):
             raise EvalError("--curve records an agent's point in training: give a parameter file, not --random "
                             "or --scripted")
@@ -154,7 +194,8 @@ def main(argv=None) -> int:
               flush=True)
         # The env and network come from the env's name and the file's network metadata alone: with those as the
         # key, a second evaluation of such an agent reads its stored program instead of tracing it again.
-        evaluator = Evaluator(env, network, args.episodes, args.max_steps, batch=args.batch_size,
+        evaluator = Evaluator(env, network, args.episodes, args.max_steps,
+                              batch=args.batch_size or min(args.episodes, DEFAULT_BATCH),
                               policies=None if args.scripted else tuple(policies), cache_dir=cache_dir,
                               agent={"env": env.spec.name, "network": meta.get("network"),
                                      **({"env_params": env_params} if env_params else {})},
@@ -185,8 +226,9 @@ def main(argv=None) -> int:
     except (EvalError, WatchError) as err:
         print(f"evaluate.py: error: {err}", file=sys.stderr)
         return 2
-    except OSError as err:  # writing --json or --curve: a full disk, a directory in the file's place
-        print(f"evaluate.py: error: {err.filename or 'write'}: {err.strerror or err}", file=sys.stderr)
+    except OSError as err:  # writing --json or --curve after the checks: a full disk
+        print(f"evaluate.py: error: writing {err.filename or 'the output'} failed: {err.strerror or err}",
+              file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)

@@ -321,9 +321,16 @@ def write_eval_json(path: str, metrics: dict, raw: dict, info: dict) -> str:
                 for prefix, out in raw.items()}
     clean = json_clean(metrics)
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({**info, "metrics": clean, "per_episode": episodes}, f, indent=1)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump({**info, "metrics": clean, "per_episode": episodes}, f, indent=1)
+        os.replace(tmp, path)
+    except OSError as err:  # no stray temporary file, and the error names the file the caller asked for
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise OSError(err.errno, err.strerror, path) from None
     return path
 
 

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import sys
+import warnings
 
 import numpy as np
 
@@ -60,18 +61,27 @@ def run_label(run: str) -> str:
 
 
 def load_records(path: str) -> list[dict]:
+    """The records of a metrics.jsonl file. A last line cut short (a run killed mid-write, which --resume drops
+    too) is left out; any other line that is not JSON is an error naming it."""
     records = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.readlines()
+    except OSError as err:
+        raise PlotError(f"{path}: cannot read ({err.strerror or err})") from None
+    for n, line in enumerate(lines, 1):
+        cut_short = n == len(lines) and not line.endswith("\n")
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if cut_short:
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise PlotError(f"{path}: line {n} is not JSON") from None
-            if isinstance(record, dict) and "env_steps" in record:
-                records.append(record)
+            raise PlotError(f"{path}: line {n} is not JSON") from None
+        if isinstance(record, dict) and "env_steps" in record:
+            records.append(record)
     if not records:
         raise PlotError(f"{path}: no records with env_steps")
     # a resumed run appends; keep the last record for each env_steps
@@ -105,12 +115,14 @@ def curve(series: list[tuple[np.ndarray, np.ndarray]], band: str):
         inside = (xs >= x.min()) & (xs <= x.max())
         ys[i, inside] = np.interp(xs[inside], x, y)
     counts = np.sum(~np.isnan(ys), axis=0)
-    mean = np.nanmean(ys, axis=0)
-    if band == "std":
-        spread = np.nanstd(ys, axis=0)
-        low, high = mean - spread, mean + spread
-    else:
-        low, high = np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
+    with warnings.catch_warnings():  # a step where every seed's value is NaN stays NaN (a gap in the curve)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(ys, axis=0)
+        if band == "std":
+            spread = np.nanstd(ys, axis=0)
+            low, high = mean - spread, mean + spread
+        else:
+            low, high = np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
     return xs, mean, low, high, counts
 
 
@@ -221,6 +233,24 @@ def build_parser():
     return p
 
 
+def check_out(path: str) -> None:
+    """--out before anything is read or drawn: its folder exists, it is not a folder, a file can be written
+    there (PlotError naming the path). Leaves nothing behind."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise PlotError(f"--out {path}: is a directory; give a file name such as {os.path.join(path, 'curves.png')}")
+    if not os.path.isdir(directory):
+        raise PlotError(f"--out {path}: directory {directory} does not exist")
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as err:
+        raise PlotError(f"--out {path}: cannot write there ({err.strerror or err})") from None
+    if not existed:
+        os.remove(path)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -228,13 +258,15 @@ def main(argv=None) -> int:
             raise PlotError("give at least one run (or --group)")
         if not args.out.lower().endswith(".png"):
             raise PlotError(f"--out {args.out}: a .png file name is needed")
-        if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-            raise PlotError(f"--out {args.out}: directory does not exist")
+        check_out(args.out)
         drawn = plot(group_runs(args.runs, args.group), args.metric, args.out, args.band, args.checkpoint_dir,
                      args.title, parse_hlines(args.hline))
     except PlotError as err:
         print(f"plot_runs.py: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # writing the PNG after the checks: a full disk
+        print(f"plot_runs.py: error: writing {args.out} failed: {err.strerror or err}", file=sys.stderr)
+        return 1
     for metric, curves in drawn.items():
         print(f"{metric}: " + ", ".join(f"{label} ({n} seeds)" for label, n in curves.items()))
     print(f"wrote {args.out}")

@@ -39,11 +39,22 @@ class RunLock:
             missing.append(parent)
             parent = os.path.dirname(parent)
         if missing:
-            os.makedirs(self.run_dir)
             self._made_dirs = missing
+            try:
+                os.makedirs(self.run_dir)
+            except OSError:  # a full disk part of the way down: no empty folders left behind
+                self._undo_dir()
+                raise
         elif not os.path.lexists(self.path):
             st = os.stat(self.run_dir)
             self._dir_times = (st.st_atime_ns, st.st_mtime_ns)
+        try:
+            return self._lock()
+        except OSError:  # a full disk, an unwritable folder: leave no folder that this call made
+            self._undo_dir()
+            raise
+
+    def _lock(self) -> "RunLock":
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -64,9 +75,16 @@ class RunLock:
             if same:
                 break
             os.close(fd)  # the owner before us removed the file between our open and our lock: take the new one
-        os.ftruncate(fd, 0)
-        os.write(fd, (f"pid {os.getpid()} on {socket.gethostname()}, started "
-                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv)[:300]}\n").encode())
+        try:
+            os.ftruncate(fd, 0)
+            write_owner(fd)
+        except OSError:  # (a full disk): the lock file goes while it is still ours, then the flock
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+            os.close(fd)
+            raise
         self.fd = fd
         if self._dir_times is not None:
             self._dir_mtime_locked = os.stat(self.run_dir).st_mtime_ns
@@ -91,6 +109,8 @@ class RunLock:
         for directory in self._made_dirs:
             try:
                 os.rmdir(directory)  # only if empty
+            except FileNotFoundError:  # never made (makedirs failed above it)
+                continue
             except OSError:
                 break
         self._made_dirs = []
@@ -100,6 +120,12 @@ class RunLock:
 
     def __exit__(self, *exc):
         self.release()
+
+
+def write_owner(fd: int) -> None:
+    """The lock file's text: who holds the folder (what a refused second process prints)."""
+    os.write(fd, (f"pid {os.getpid()} on {socket.gethostname()}, started "
+                  f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv)[:300]}\n").encode())
 
 
 def _read(fd: int) -> str:

@@ -9,7 +9,9 @@ numbers): point p's seed j starts from `--seed + j`, as a single run with that s
 
 Outputs in `--out`: `<group>/metrics.jsonl` per program (the usual multi-seed records, `per_seed` in agent order),
 `<group>/final_params.npz` (every agent's final parameters, row = agent), `<group>/eval.json` (the final evaluation),
-`results.csv` and `results.md` (final metrics per point, mean and std over its seeds), `curves.png`.
+`<group>/result.json` (written last: the program is complete), `results.csv` and `results.md` (final metrics per
+point, mean and std over its seeds), `curves.png`. An `--out` holding an earlier sweep is refused unless `--resume`
+(programs completed with the same settings are kept, the rest run) or `--overwrite` (the earlier sweep's files go).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -73,14 +76,40 @@ def point_config(base: TrainConfig, point: dict) -> TrainConfig:
 
 
 def parse_grid(items: list[str]) -> dict:
-    """["ent_coef=0.01,0.03", "lr=1e-3"] -> {"ent_coef": [0.01, 0.03], "lr": [0.001]}."""
-    grid = {}
+    """["ent_coef=0.01,0.03", "lr=1e-3"] -> {"ent_coef": [0.01, 0.03], "lr": [0.001]}. Each value is checked
+    against its option's type; a name given twice, a list with no value, or a value of the wrong type is one line
+    naming the flag and the value."""
+    grid, given_as = {}, {}
     for item in items:
         name, sep, values = item.partition("=")
         if not sep or not values.strip():
             raise SweepError(f"--grid {item!r}: expected NAME=V1,V2,...")
-        grid[field_name(name)] = [parse_untyped(v) for v in values.split(",") if v.strip()]
+        key = field_name(name)
+        if key in grid:
+            raise SweepError(f"--grid {key} is given twice ({given_as[key]!r} and {item!r}); list every value in one "
+                             f"--grid {key}=V1,V2,...")
+        texts = [v.strip() for v in values.split(",") if v.strip()]
+        if not texts:
+            raise SweepError(f"--grid {item!r}: no values (expected NAME=V1,V2,...)")
+        grid[key], given_as[key] = [grid_value(key, text, item) for text in texts], item
     return grid
+
+
+def grid_value(name: str, text: str, item: str):
+    """One --grid value as its option's type (an env.NAME value untyped: the env checks it)."""
+    if name.startswith(ENV_PARAM_PREFIX):
+        return parse_untyped(text)
+    option = options()[name]
+    kind, _ = option.kind()
+    value = text if kind == "str" else (text == "1" if kind == "bool" and text in ("0", "1") else parse_untyped(text))
+    try:
+        return option.check(value, "")
+    except ConfigError:
+        expected = {"int": "a whole number", "float": "a number", "bool": "0 or 1"}.get(kind, f"a {kind}")
+        choices = option.kind()[1]
+        if choices:
+            expected = f"one of {', '.join(choices)}"
+        raise SweepError(f"--grid {item!r}: {text!r} is not {expected} for {name}") from None
 
 
 def parse_space(items: list[str]) -> dict:
@@ -159,8 +188,7 @@ def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message
     "curves": {"env_steps": [...], key: [[per seed] per record]}}."""
     from hephaestus.watchdog import StartupWatchdog
 
-    agents = len(group.points) * seeds
-    config, _ = resolve(point_config(base, group.static).replace(num_seeds=agents, run_name=group.name))
+    config = group_config(base, group, seeds)
     for point in group.points:  # every point's values must be valid on their own (one-line errors)
         resolve(config.replace(**split_point(point)[1], num_seeds=1))
     # As in a training run: set-up, first compile or first chunk with no CPU progress for --startup-timeout
@@ -171,6 +199,74 @@ def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message
         return _run_group(config, group, seeds, out_dir, message, watchdog)
     finally:
         watchdog.stop()
+
+
+def group_config(base: TrainConfig, group: Group, seeds: int) -> TrainConfig:
+    """The resolved config of a group's program: its static fields, one agent per point and seed."""
+    return resolve(point_config(base, group.static).replace(num_seeds=len(group.points) * seeds,
+                                                            run_name=group.name))[0]
+
+
+# A sweep's files in --out: the summary, and per program a folder g[_...] holding its metrics, parameters and
+# evaluation; RESULT_FILE is written last, when the program is complete (what --resume keeps).
+SUMMARY_FILES = ("results.csv", "results.md", "curves.png")
+GROUP_FILES = ("metrics.jsonl", "final_params.npz", "eval.json")
+RESULT_FILE = "result.json"
+
+
+def earlier_sweep(out: str) -> list[str]:
+    """The names of an earlier sweep's summary files and program folders in `out` (none: [])."""
+    if not os.path.isdir(out):
+        return []
+    found = [name for name in SUMMARY_FILES if os.path.lexists(os.path.join(out, name))]
+    for name in sorted(os.listdir(out)):
+        folder = os.path.join(out, name)
+        if (name == "g" or name.startswith("g_")) and os.path.isdir(folder) and \
+                any(os.path.lexists(os.path.join(folder, f)) for f in GROUP_FILES + (RESULT_FILE,)):
+            found.append(name)
+    return found
+
+
+def remove_earlier_sweep(out: str, names: list[str]) -> None:
+    """--overwrite: the earlier sweep's summary files and program folders go (nothing else in `out`)."""
+    import shutil
+
+    for name in names:
+        path = os.path.join(out, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+
+
+def group_settings(config: TrainConfig, group: Group, seeds: int) -> str:
+    """What a program's results depend on, as a canonical string: its resolved config, its points and seeds."""
+    return json.dumps({"config": config.to_dict(), "points": group.points, "seeds": seeds}, sort_keys=True,
+                      default=str)
+
+
+def write_group_result(out_dir: str, group: Group, settings: str, results: list[dict]) -> str:
+    """<out>/<group>/result.json: the program's per-point results and the settings that made them (atomic)."""
+    path = os.path.join(out_dir, group.name, RESULT_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"settings": json.loads(settings), "results": results}, f,
+                  default=lambda x: x.tolist() if hasattr(x, "tolist") else str(x))  # numpy values
+    os.replace(tmp, path)
+    return path
+
+
+def kept_group_result(out_dir: str, group: Group, settings: str) -> list[dict] | None:
+    """The results of a program an earlier run of this sweep completed with the same settings; None otherwise
+    (no result.json: killed or not reached; other settings; an unreadable file)."""
+    path = os.path.join(out_dir, group.name, RESULT_FILE)
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        same = json.dumps(saved["settings"], sort_keys=True, default=str) == settings
+        return saved["results"] if same and isinstance(saved["results"], list) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog) -> list[dict]:
@@ -328,17 +424,23 @@ def build_parser():
     g.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
                    help="values of one hyperparameter (repeat for a product), e.g. --grid ent-coef=0.01,0.03; "
                         "env.NAME sweeps an env parameter, e.g. --grid env.curriculum_share=0,0.5")
-    g.add_argument("--random", type=int, default=0, metavar="N", help="N random points from --space instead")
+    g.add_argument("--random", type=int, default=None, metavar="N", help="N random points from --space instead")
     g.add_argument("--space", action="append", default=[], metavar="NAME=LOW:HIGH[:log]",
                    help="range of one hyperparameter for --random, e.g. --space lr=1e-4:1e-3:log")
     g.add_argument("--seeds", type=int, default=3, help="seeds per point (--seed, --seed+1, ...; default 3)")
     g.add_argument("--sweep-seed", type=int, default=0, help="seed of the --random draw (default 0)")
     g.add_argument("--out", required=True, help="output directory (metrics per program, results.csv/.md, curves.png)")
-    add_train_arguments(p)
+    g.add_argument("--resume", action="store_true", dest="resume_sweep", help="--out holds an earlier run of this sweep (finished or "
+                   "killed): keep the programs it completed with the same settings, run the rest")
+    g.add_argument("--overwrite", action="store_true", help="--out holds an earlier sweep: delete its results "
+                   "(results.*, curves.png, its program folders) and run this one")
+    add_train_arguments(p, skip=("resume",))
     return p
 
 
 def points_from_args(args) -> list[dict]:
+    if args.random is not None and args.random < 1:
+        raise SweepError(f"--random N draws N points: N must be at least 1, got {args.random}")
     if args.random:
         if args.grid or not args.space:
             raise SweepError("--random N needs --space NAME=LOW:HIGH (and no --grid)")
@@ -382,8 +484,17 @@ def main(argv=None) -> int:
     try:
         if args.seeds < 1:
             raise SweepError(f"--seeds must be positive, got {args.seeds}")
-        if getattr(args, "num_seeds", 1) != 1 or getattr(args, "resume", ""):
-            raise SweepError("--num-seeds and --resume are not sweep flags (use --seeds)")
+        if getattr(args, "num_seeds", 1) != 1:
+            raise SweepError("--num-seeds is not a sweep flag (use --seeds)")
+        if args.resume_sweep and args.overwrite:
+            raise SweepError("give --resume or --overwrite, not both")
+        if os.path.lexists(args.out) and not os.path.isdir(args.out):
+            raise SweepError(f"--out {args.out} is a file, not a folder")
+        earlier = earlier_sweep(args.out)
+        if earlier and not (args.resume_sweep or args.overwrite):
+            shown = ", ".join(earlier[:4]) + (f" and {len(earlier) - 4} more" if len(earlier) > 4 else "")
+            raise SweepError(f"--out {args.out} holds an earlier sweep ({shown}); pass --resume to keep the "
+                             "programs it completed and run the rest, --overwrite to replace it, or another --out")
         points = points_from_args(args)
         base = config_from_args(args).replace(wandb=False)  # unresolved: each point settles its own autos
         resolve(base)
@@ -402,9 +513,20 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     results, done, group = [], [], None
     try:
+        if earlier and args.overwrite:
+            remove_earlier_sweep(args.out, earlier)
+            print(f"sweep: --overwrite: removed the earlier sweep in {args.out} ({', '.join(earlier)})", flush=True)
         os.makedirs(args.out, exist_ok=True)
         for group in groups:
-            results += run_group(base, group, args.seeds, args.out)
+            settings = group_settings(group_config(base, group, args.seeds), group, args.seeds)
+            kept = kept_group_result(args.out, group, settings) if args.resume_sweep else None
+            if kept is not None:
+                print(f"{group.name}: completed earlier with the same settings; kept "
+                      f"({os.path.join(args.out, group.name)})", flush=True)
+            else:
+                kept = run_group(base, group, args.seeds, args.out)
+                write_group_result(args.out, group, settings, kept)
+            results += kept
             done.append(group.name)
         order = {json.dumps(p, sort_keys=True): i for i, p in enumerate(points)}
         results.sort(key=lambda r: order[json.dumps(r["point"], sort_keys=True)])
@@ -413,7 +535,12 @@ def main(argv=None) -> int:
         fail(str(err))
     except (OSError, SinkError) as err:  # a full disk, the folder gone: one line, and what is kept
         stopped = group.name if group is not None and len(done) < len(groups) else None
-        fail(write_failure_text(err, stopped, done, args.out))
+        fail(write_failure_text(err, stopped, done, args.out), code=1)
+    except KeyboardInterrupt:  # Ctrl-C: the completed programs stay, and --resume keeps them
+        kept = f"; complete: {', '.join(done)}; rerun with --resume to keep them" if done else ""
+        print(f"sweep: interrupted{f' during program {group.name}' if group is not None else ''}{kept}",
+              file=sys.stderr)
+        return 130
     print(open(paths[1]).read().rstrip())
     print(f"sweep done in {time.perf_counter() - t0:.0f}s: {', '.join(paths)}")
     return 0

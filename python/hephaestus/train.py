@@ -41,8 +41,9 @@ def main(argv=None) -> int:
             lock.acquire()
         except RunLockedError as err:
             fail(str(err))
-        except OSError as err:
-            fail(f"cannot write to {run_dir}: {err.strerror or err}")
+        except OSError as err:  # a full disk is a fault (1); a folder the user cannot write to, bad input (2)
+            fail(f"cannot write to {run_dir}: {err.strerror or err}",
+                 code=1 if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) else 2)
     from hephaestus.watchdog import StartupWatchdog
     # From here until the first chunk has run, a phase with no CPU progress for --startup-timeout seconds ends
     # the run with one line (watchdog.py). Stopped however _train leaves (a one-line error in setup included):
@@ -129,7 +130,8 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
             if main_process else []
     except OSError as err:
         session.close()
-        fail(f"cannot write to {run_dir}: {err.strerror}")
+        fail(f"cannot write to {run_dir}: {err.strerror}",
+             code=1 if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) else 2)
     sinks += session.sinks
     t0 = time.perf_counter()
     import jax

@@ -20,7 +20,7 @@ the environment and the network shape, so the agent replays in the very environm
   imageio-ffmpeg).
 
 Errors a user can cause (bad path, not a parameter file, unknown env, no display, ...) raise `WatchError`
-with a one-line message; the script prints it and exits 1.
+with a one-line message; the script prints it and exits 2.
 """
 
 from __future__ import annotations
@@ -132,6 +132,11 @@ def load_agent(params_path: str, env_override: str | None = None, seed_index: in
         params, chosen = select_seed(params, meta, seed_index, params_path)
     except ExportError as err:
         raise WatchError(str(err)) from None
+    bad = [jax.tree_util.keystr(k) for k, v in jax.tree_util.tree_leaves_with_path(params)
+           if np.issubdtype(np.asarray(v).dtype, np.floating) and not np.all(np.isfinite(np.asarray(v)))]
+    if bad:  # NaN weights act (argmax of NaN logits is action 0) and would report a score
+        raise WatchError(f"{params_path}: parameters are not finite (NaN or inf in {len(bad)} array(s), first "
+                         f"{bad[0]}); the agent diverged before this file was saved: use an earlier params_<n>.npz")
     try:
         net = NetworkSpec.from_meta(meta.get("network") or {})
     except ValueError as err:
@@ -653,8 +658,11 @@ def main(argv=None, compile_cache: bool = True) -> int:
             view.close()
         print("\n".join(summary_lines(results, player.spec.episode_stats, player.present.episode_note)))
         return 0
-    except WatchError as err:
+    except WatchError as err:  # bad input (a path, a file, a flag, no display): exit 2, as every script
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # writing --save after playing: a full disk
+        print(f"error: writing {err.filename or args.save} failed: {err.strerror or err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
