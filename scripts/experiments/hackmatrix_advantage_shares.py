@@ -77,15 +77,16 @@ def main(argv=None) -> int:
     from hephaestus import networks as nets
     from hephaestus.envs.registry import EnvParamError, parse_env_params
     from hephaestus.ppo import gae
-    from hephaestus.watch import WatchError, load_agent, load_env, resolve_params_path
+    from hephaestus.api import LoadError, load_agent, make_env
 
     try:
-        params, meta, env, network = load_agent(resolve_params_path(args.agent))
+        agent = load_agent(args.agent)
+        params, meta, env, network = agent.params, agent.meta, agent.env, agent.network
         if env.spec.name != "hackmatrix":
             p.error(f"{args.agent} is a {env.spec.name} agent; this experiment plays HackMatrix")
         items = training_env_params(meta, [item for item in args.env_params.split(",") if item.strip()])
-        env = load_env(env.spec.name, **parse_env_params(items))  # its training env, as load_agent builds one
-    except (WatchError, EnvParamError) as err:
+        env = make_env(env.spec.name, **parse_env_params(items))  # its training env, as load_agent builds one
+    except (LoadError, EnvParamError) as err:
         p.error(str(err))
     config = meta.get("config") or {}
     gamma, gae_lambda = float(config.get("gamma", 0.99)), float(config.get("gae_lambda", 0.95))

@@ -69,12 +69,13 @@ def main(argv=None) -> int:
     import numpy as np
 
     from hephaestus.evaluation import Evaluator
-    from hephaestus.watch import WatchError, load_agent, resolve_params_path
+    from hephaestus.api import LoadError, load_agent
 
     try:
-        params, _, env, network = load_agent(resolve_params_path(args.agent))
-    except WatchError as err:
+        agent = load_agent(args.agent)
+    except LoadError as err:
         p.error(str(err))
+    params, env, network = agent.params, agent.env, agent.network
     if env.spec.name != "hackmatrix":
         p.error(f"{args.agent} is a {env.spec.name} agent; this experiment plays HackMatrix")
     try:

@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     from hephaestus.envs.hackmatrix.constants import A_UNDO
     from hephaestus.envs.registry import EnvParamError, parse_env_params
     from hephaestus.networks import masked_logits
-    from hephaestus.watch import WatchError, load_agent, resolve_params_path
+    from hephaestus.api import LoadError, load_agent
 
     items = [item for item in args.env_params.split(",") if item.strip()]
 
@@ -106,9 +106,10 @@ def main(argv=None) -> int:
     rows, players = {}, {}  # players: one compiled program per network shape (agents of one config share it)
     for agent in args.agents:
         try:
-            params, meta, env, network = load_agent(resolve_params_path(agent), env_params=parse_env_params(items))
-        except (WatchError, EnvParamError) as err:
+            loaded = load_agent(agent, env_params=parse_env_params(items))
+        except (LoadError, EnvParamError) as err:
             p.error(str(err))
+        params, meta, env, network = loaded.params, loaded.meta, loaded.env, loaded.network
         if env.spec.name != "hackmatrix":
             p.error(f"{agent} is a {env.spec.name} agent; this experiment plays HackMatrix")
         shape = json.dumps(meta.get("network") or {}, sort_keys=True)
