@@ -157,3 +157,28 @@ def test_api_example_runs(example, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(r"^[01] [01]$", result.stdout, re.M), result.stdout[-2000:]
     assert (tmp_path / "checkpoints" / "gymnax-CartPole-v1_s0" / "final_params.npz").is_file()
+
+
+def test_every_experiment_writes_under_checkpoints_by_default(tmp_path, monkeypatch, capsys):
+    """scripts/experiments/ share one harness (hephaestus/experiment.py): each takes --out, whose default lies
+    under checkpoints/experiments/ (made when used), never the working directory; a folder given that does not
+    exist is a one-line error before any work; each loads agents through the API, not the viewer."""
+    from hephaestus import experiment
+
+    scripts = sorted(f for f in os.listdir(os.path.join(ROOT, "scripts", "experiments")) if f.endswith(".py"))
+    assert len(scripts) >= 12
+    for name in scripts:
+        text = open(os.path.join(ROOT, "scripts", "experiments", name)).read()
+        assert f'add_out(p, "{name[:-3]}"' in text and "check_out(p, args.out" in text, name
+        assert "hephaestus.watch" not in text, name
+    monkeypatch.chdir(tmp_path)
+    p = experiment.parser("toy", "a toy experiment")
+    args = p.parse_args([])
+    assert args.out == os.path.join("checkpoints", "experiments", "toy")
+    out = experiment.check_out(p, args.out, "toy")
+    assert (tmp_path / "checkpoints" / "experiments").is_dir()
+    assert experiment.write_json(out, {"a": 1}) == out + ".json" and os.listdir(tmp_path) == ["checkpoints"]
+    assert experiment.check_out(p, "elsewhere.json", "toy") == "elsewhere"
+    with pytest.raises(SystemExit) as exit_:
+        experiment.check_out(p, str(tmp_path / "missing" / "x"), "toy")
+    assert exit_.value.code == 2 and "directory does not exist" in capsys.readouterr().err

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 
@@ -45,6 +44,7 @@ import numpy as np
 from hephaestus.config import AGENTS as AGENT_SETTINGS
 from hephaestus.config import TrainConfig, agent_config, resolve
 from hephaestus.envs.registry import make_env
+from hephaestus.experiment import add_out, check_out
 from hephaestus.ppo import make_train
 from hephaestus.stage_options import ConfigError
 from hephaestus.stages import Stage, register_stage
@@ -469,8 +469,7 @@ def parse_args(argv=None):
                    "and N(0, 1) reward noise at the chain's ends; solved below 0.8 bad episodes, from episode 100")
     p.add_argument("--quick", action="store_true", help="defaults for a smoke run: 2 sizes (6, 8), 3 seeds, 300 "
                    "episodes, small models (explicit flags still win)")
-    p.add_argument("--out", default=os.path.join("checkpoints", "experiments", "deepsea"),
-                   help="writes OUT.json, OUT.md (table) and OUT.png (default: under checkpoints/experiments/)")
+    add_out(p, "deepsea", "writes OUT.json, OUT.md (table) and OUT.png")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="runs nothing: the rows of these earlier OUT.json "
                    "files in one OUT.md table and OUT.png plot (PPO: the entropy coefficient the first file chose)")
     if "--quick" in argv:  # quick defaults; flags given explicitly still win
@@ -482,13 +481,12 @@ def parse_args(argv=None):
                                   *DREAMER_VARIANT_FLAGS.values())}
     if args.out.endswith(".json"):  # --out x.json means x (x.json, x.md, x.png), not x.json.json
         args.out = args.out[:-len(".json")]
-    if os.path.dirname(args.out):
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
     return p, args
 
 
 def main():
     p, args = parse_args()
+    args.out = check_out(p, args.out, "deepsea")
     if args.merge:
         return merge(args.merge, args.out)
     if min(args.sizes) < 2 or args.seeds < 1 or args.episodes < 1 or args.first_seed < 0:

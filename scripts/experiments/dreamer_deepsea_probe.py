@@ -31,6 +31,8 @@ import os
 import sys
 import time
 
+from hephaestus.experiment import add_out, check_out
+
 
 def load_deepsea():
     """scripts/experiments/deepsea.py as a module: its make_config is the experiment's, so the settings match."""
@@ -52,8 +54,9 @@ def main(argv=None) -> int:
     p.add_argument("--dreamer-entropy", type=float, default=None, help="default: the dreamer's own")
     p.add_argument("--advantage-norm", choices=("batch", "range"), default=None, help="default: the dreamer's own")
     p.add_argument("--quick", action="store_true", help="N = 6, 1,000 episodes, small models")
-    p.add_argument("--out", default="dreamer_deepsea_probe")
+    add_out(p, "dreamer_deepsea_probe", "writes OUT.json")
     args = p.parse_args(argv)
+    args.out = check_out(p, args.out, "dreamer_deepsea_probe")
     if args.size < 2 or args.episodes < 1 or args.seed < 0:
         p.error("--size >= 2, --episodes >= 1 and --seed >= 0")
 

@@ -31,6 +31,8 @@ import math
 import sys
 import time
 
+from hephaestus.experiment import add_out, check_out
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -58,8 +60,9 @@ def main(argv=None) -> int:
                    help="gradient steps of the direct reward MLP (the reference for the reward head); 0: none")
     p.add_argument("--env-params", nargs="*", default=[], help="HackMatrix params NAME=VALUE (default: the env's own)")
     p.add_argument("--quick", action="store_true", help="8 lanes x 64 steps, small model, steps 5,10")
-    p.add_argument("--out", default="dreamer_hackmatrix_offline")
+    add_out(p, "dreamer_hackmatrix_offline", "writes OUT.json")
     args = p.parse_args(argv)
+    args.out = check_out(p, args.out, "dreamer_hackmatrix_offline")
     if args.quick:
         args.envs, args.length, args.held_out, args.steps = 8, 64, 2, "5,10"
         args.deter = args.hidden = 16

@@ -27,6 +27,8 @@ import json
 import sys
 import time
 
+from hephaestus.experiment import add_out, check_out
+
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -36,8 +38,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=float, default=3e5, help="env steps of training")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="8 envs x 16 steps, 2 updates, small models")
-    p.add_argument("--out", default="dreamer_hackmatrix_probe")
+    add_out(p, "dreamer_hackmatrix_probe", "writes OUT.json")
     args = p.parse_args(argv)
+    args.out = check_out(p, args.out, "dreamer_hackmatrix_probe")
 
     from hephaestus.entry_points import require_this_checkout
 

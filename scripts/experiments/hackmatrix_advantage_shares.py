@@ -24,6 +24,7 @@ import os
 import sys
 
 from hephaestus.entry_points import require_this_checkout
+from hephaestus.experiment import add_out, check_out
 
 
 def training_env_params(meta: dict, extra: list[str]) -> list[str]:
@@ -61,7 +62,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=128, help="steps per game in the batch")
     p.add_argument("--warmup", type=int, default=384, help="steps played first, so the games are at all ages")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default="", help="also write the table to this file")
+    add_out(p, "hackmatrix_advantage_shares", "writes the table to OUT.json")
+    p.add_argument("--json", default="", metavar="FILE", help="write the table to FILE instead")
     p.add_argument("--quick", action="store_true", help="32 games, 8 + 16 steps (a smoke run)")
     args = p.parse_args(argv)
     if args.quick:
@@ -70,6 +72,7 @@ def main(argv=None) -> int:
         p.error("--envs and --steps at least 1, --warmup at least 0")
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         p.error(f"--json {args.json}: directory does not exist")
+    args.json = args.json or check_out(p, args.out, "hackmatrix_advantage_shares") + ".json"
 
     import jax
     import numpy as np

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from hephaestus.entry_points import require_this_checkout
+from hephaestus.experiment import add_out, check_out
 
 NEVER = 9  # a stage the game never reaches: the agent plays every stage
 
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     p.add_argument("--episodes", type=int, default=1000, help="games per evaluation seed")
     p.add_argument("--seeds", default="0,1,2", help="evaluation seeds")
     p.add_argument("--max-steps", type=int, default=1000)
-    p.add_argument("--out", default="handoff", help="writes OUT.json")
+    add_out(p, "hackmatrix_handoff", "writes OUT.json")
     p.add_argument("--quick", action="store_true", help="16 games of at most 40 steps, stages 9 and 2 (a smoke run)")
     args = p.parse_args(argv)
     try:
@@ -62,8 +62,7 @@ def main(argv=None) -> int:
         args.episodes, args.max_steps, stages, seeds = 16, 40, [NEVER, 2], seeds[:1]
     if not all(2 <= s <= NEVER for s in stages) or args.episodes < 1 or args.max_steps < 1:
         p.error("--from-stages in 2..9, --episodes and --max-steps at least 1")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-        p.error(f"--out {args.out}: directory does not exist")
+    args.out = check_out(p, args.out, "hackmatrix_handoff")
 
     import jax
     import numpy as np
