@@ -37,7 +37,7 @@ class TrainError(RuntimeError):
     """A training run started through `train()` that did not finish; the message says how it ended."""
 
 
-@dataclass
+@dataclass(eq=False)
 class Agent:
     """A trained agent: its parameters, its network, the env it plays and the metadata of its file."""
 

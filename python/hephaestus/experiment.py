@@ -4,7 +4,7 @@
   PREFIX.json, PREFIX.md and PREFIX.png. The default is `checkpoints/experiments/<name>`: results go under
   checkpoints/ (ignored by git, where runs go), never into the working directory. `--out x.json` means `x`.
 * `check_out(p, out, name)`: --out checked before the work (the default's folder made); `write_json`, `write_md`,
-  `save_figure` write the three files.
+  `save_figure` write the three files, `write_results` all three at once.
 * `seeds(args)` / `add_seeds(p)`: the training command's `--seed` and `--num-seeds` (seeds S .. S + n - 1).
 * `load_agent(p, path)`: `hephaestus.load_agent` with a bad path or file as the parser's one-line error.
 * `play(agent, games, max_steps, seed)`: N complete greedy games with the evaluation program of training and
@@ -89,6 +89,18 @@ def write_md(out: str, text: str) -> str:
     with open(path, "w") as f:
         f.write(text if text.endswith("\n") else text + "\n")
     return path
+
+
+def write_results(out: str, results, lines: list[str], plot_fn=None) -> list[str]:
+    """OUT.json (`results`), OUT.md (the table `lines`, also printed) and OUT.png (`plot_fn(results, path)`, if
+    given): the three files of an experiment, their paths printed and returned."""
+    paths = [write_json(out, results, indent=None), write_md(out, "\n".join(lines))]
+    print("\n".join(lines))
+    if plot_fn is not None:
+        paths.append(out_prefix(out) + ".png")
+        plot_fn(results, paths[-1])
+    print(f"results: {', '.join(paths)}")
+    return paths
 
 
 def save_figure(fig, out: str, **kwargs) -> str:
