@@ -31,7 +31,7 @@ import os
 import sys
 import time
 
-from hephaestus.experiment import add_out, check_out
+from hephaestus.experiment import add_out, check_out, write_json
 
 
 def load_deepsea():
@@ -177,8 +177,7 @@ def main(argv=None) -> int:
     for step in report.get("treasure_sequence", []):
         print("treasure sequence: cell {cell} action {action} reward {reward:+.3f}  P(action | real obs) "
               "{p_action_real_obs:.3f}  P(action | decoded obs) {p_action_decoded_obs:.3f}".format(**step))
-    with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
+    write_json(args.out, report)
     print(f"wrote {args.out}.json")
     return 0
 

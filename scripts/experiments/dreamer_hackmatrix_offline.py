@@ -31,7 +31,7 @@ import math
 import sys
 import time
 
-from hephaestus.experiment import add_out, check_out
+from hephaestus.experiment import add_out, check_out, write_json
 
 
 def main(argv=None) -> int:
@@ -217,8 +217,7 @@ def main(argv=None) -> int:
                  "train_loss_last": {k: round(float(v), 4) for k, v in stats.items()}}
         report["points"].append(point)
         print(json.dumps({k: v for k, v in point.items() if k != "train_loss_last"}), flush=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
+    write_json(args.out, report)
     print(f"wrote {args.out}.json")
     return 0
 

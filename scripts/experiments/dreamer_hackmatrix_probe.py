@@ -27,7 +27,7 @@ import json
 import sys
 import time
 
-from hephaestus.experiment import add_out, check_out
+from hephaestus.experiment import add_out, check_out, write_json
 
 
 def main(argv=None) -> int:
@@ -159,8 +159,7 @@ def main(argv=None) -> int:
     report["cont_head"] = {"at episode ends": round(float(cont_pred[done].mean()), 4) if done.any() else None,
                            "elsewhere": round(float(cont_pred[~done].mean()), 4), "episode_ends": int(done.sum())}
     print(json.dumps(report, indent=1))
-    with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
+    write_json(args.out, report)
     print(f"wrote {args.out}.json")
     return 0
 

@@ -16,11 +16,10 @@ sorts for a lever that keeps the teacher on the late stages: the teacher itself 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from hephaestus.entry_points import require_this_checkout
-from hephaestus.experiment import add_out, check_out
+from hephaestus.experiment import add_out, check_out, write_json
 
 NEVER = 9  # a stage the game never reaches: the agent plays every stage
 
@@ -101,9 +100,8 @@ def main(argv=None) -> int:
         rows.append({"from_stage": stage, "per_seed": per_seed})
         print(f"from stage {stage}: victories per {args.episodes} games {[r['victories'] for r in per_seed]}",
               flush=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump({"agent": args.agent, "teacher": args.teacher, "episodes": args.episodes, "seeds": seeds,
-                   "max_steps": args.max_steps, "rows": rows}, f, indent=1)
+    write_json(args.out, {"agent": args.agent, "teacher": args.teacher, "episodes": args.episodes, "seeds": seeds,
+                          "max_steps": args.max_steps, "rows": rows})
     print(f"| {args.teacher} plays from stage | victories per {args.episodes} (seeds {','.join(map(str, seeds))}) | "
           "without UNDO | stage 1 cleared | stage 4 reached | stage 8 reached |")
     print("|---|---|---|---|---|---|")

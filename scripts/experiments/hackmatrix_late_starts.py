@@ -29,7 +29,7 @@ import tempfile
 import numpy as np
 
 from hephaestus.entry_points import require_this_checkout
-from hephaestus.experiment import add_out, check_out
+from hephaestus.experiment import add_out, check_out, write_json
 
 FIRST_LATE_STAGE = 2  # the curriculum's starts are uniform in 2..max (EnvParams.curriculum_max_stage)
 LAST_STAGE = 8
@@ -154,10 +154,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as workdir:
         for policy, label in policies:
             results[label] = by_start_stage(play(policy, label, args, workdir))
-    with open(args.out + ".json", "w") as f:
-        json.dump({"episodes": args.episodes, "seed": args.seed, "max_stage": args.max_stage,
-                   "program_prob": args.program_prob, "max_steps": args.max_steps, "by_start_stage": results}, f,
-                  indent=1)
+    write_json(args.out, {"episodes": args.episodes, "seed": args.seed, "max_stage": args.max_stage,
+                          "program_prob": args.program_prob, "max_steps": args.max_steps, "by_start_stage": results})
     plot(results, args.out + ".png", f"HackMatrix, games started on a stage uniform in 2..{args.max_stage} "
          f"({args.episodes} per policy, eval seed {args.seed})")
     print(table(results))

@@ -25,7 +25,7 @@ import json
 import sys
 import time
 
-from hephaestus.experiment import add_out, check_out
+from hephaestus.experiment import add_out, check_out, write_json
 
 BINS = ((0, 0), (1, 9), (10, 99), (100, 999), (1000, None))
 REFERENCE = (100, 999)
@@ -148,8 +148,7 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"| {r['visits']} | {r['transitions']} | {r['dtc']:.2f} | {r['rnd']:.2f} |")
     print(f"(each signal relative to its mean over cells visited {bin_name(*REFERENCE)} times)")
-    with open(f"{args.out}.json", "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(args.out, result)
     plot([result], args.out)
     return 0
 
