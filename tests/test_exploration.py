@@ -64,7 +64,7 @@ def test_a_deepsea_runs_exports_and_evaluations_carry_its_map(tmp_path, capsys):
     evaluate.py's loader plays it (a file without one says so and plays the default)."""
     from hephaestus.export import load_params_npz, save_params_npz
     from hephaestus.ppo import make_train
-    from hephaestus.watch import load_agent
+    from hephaestus.saved_agent import load_agent
     from train_cli import main
 
     out = tmp_path / "ckpt"

@@ -331,12 +331,12 @@ def presented_walk():
 
 
 def test_watch_shows_an_env_through_its_declared_presentation(tmp_path, monkeypatch, capsys):
-    from hephaestus import watch
+    from hephaestus import saved_agent, watch
     from hephaestus.envs.adapters import adapt_gymnax
 
     raw = presented_walk()
     env = adapt_gymnax(raw, raw.default_params, "presented-walk")
-    monkeypatch.setattr(watch, "load_env", lambda name: env)
+    monkeypatch.setattr(saved_agent, "load_env", lambda name: env)  # where watch's loader builds the env
     config = TrainConfig.from_flat(env="presented-walk", hidden_dim=8, num_layers=1)
     params = make_network(env.spec, config).init(jax.random.PRNGKey(0), np.zeros((1, 3), np.float32))
     path = save_params_npz(str(tmp_path / "p.npz"), params, env="presented-walk",

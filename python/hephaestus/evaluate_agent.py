@@ -15,7 +15,8 @@ import time
 from hephaestus.cli import comma_separated, whole_numbers
 from hephaestus.evaluation import Evaluator, append_eval_curve, summary_lines, write_eval_json
 from hephaestus.export import agent_label
-from hephaestus.watch import WatchError, load_agent, load_env, resolve_params_path
+from hephaestus.api import load_agent, make_env as load_env
+from hephaestus.saved_agent import LoadError, resolve_params_path
 
 
 class EvalError(Exception):
@@ -175,7 +176,8 @@ def main(argv=None) -> int:
             raise EvalError("give a parameter file or run directory (or --random --env ENV)")
         else:
             path = resolve_params_path(args.path)
-            params, meta, env, network = load_agent(path, args.env, args.seed_index, env_params)
+            agent = load_agent(path, seed_index=args.seed_index, env_params=env_params, env=args.env)
+            params, meta, env, network = agent.params, agent.meta, agent.env, agent.network
             index = args.seed_index or 0
             label = agent_label(meta, index)  # a sweep agent: its point and seed
             source = f"{path} (seed index {index}: {label})" if label else path
@@ -223,7 +225,7 @@ def main(argv=None) -> int:
         if args.curve:
             print(f"appended to {append_eval_curve(args.curve, metrics, info)}")
         return 0
-    except (EvalError, WatchError) as err:
+    except (EvalError, LoadError) as err:
         print(f"evaluate.py: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # writing --json or --curve after the checks: a full disk

@@ -11,6 +11,7 @@ import re
 import sys
 import threading
 import time
+import types
 
 from hephaestus.cli import fail, parse
 from hephaestus.config import resolve, update_summary
@@ -19,8 +20,19 @@ from hephaestus.config import resolve, update_summary
 def main(argv=None) -> int:
     try:  # --resume: the checkpoint's stored config, with the options given again on top
         config, resume = parse(argv)
-        config, note = resolve(config)  # what depends on the env (encoder, obs storage) settles in make_train
     except ValueError as err:  # ConfigError, CheckpointError: one line
+        fail(str(err))
+    return run_config(config, resume)
+
+
+def run_config(config, resume=None, outcome: dict | None = None) -> int:
+    """Train `config` (unresolved; `resume`: a located checkpoint or None): the command's whole run after its
+    flags are parsed, and the one code path of `hephaestus.train` too. `outcome`, if given, receives the run's
+    `run_dir` and resolved `config` once it has finished. A one-line error exits (SystemExit) as the command
+    does."""
+    try:
+        config, note = resolve(config)  # what depends on the env (encoder, obs storage) settles in make_train
+    except ValueError as err:  # ConfigError: one line
         fail(str(err))
 
     # Multi-host: jax.distributed.initialize() must come before anything touches a device.
@@ -50,7 +62,7 @@ def main(argv=None) -> int:
     # called in-process (a notebook, the tests), a watchdog left running would end the caller's process later.
     watchdog = StartupWatchdog(config.run.startup_timeout)
     try:
-        return _train(config, note, resume, run_dir, main_process, watchdog)
+        return _train(config, note, resume, run_dir, main_process, watchdog, outcome)
     finally:
         watchdog.stop()
         lock.release()
@@ -65,7 +77,7 @@ def main(argv=None) -> int:
 _END_AT_ONCE = False
 
 
-def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
+def _train(config, note, resume, run_dir, main_process, watchdog, outcome=None) -> int:
     import builtins
 
     from hephaestus import distributed
@@ -166,6 +178,8 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
         return session.stop.exit_code
     if main_process:  # the end of a run (not a stop by signal): K episodes with the final parameters -> eval.json
         final_evaluation(trainer, result.runner_state, run_dir, message=print)
+    if outcome is not None:
+        outcome.update(run_dir=os.path.abspath(run_dir), config=config, records=result.records)
     last = result.records[-1] if result.records else {}
     print(f"done: {last.get('env_steps', 0):,} env steps in {time.perf_counter() - t0:.1f}s "
           f"(compile {result.compile_seconds:.1f}s); final mean return {last.get('mean_episode_return', float('nan')):.2f}; "
@@ -245,3 +259,17 @@ def script_main(argv=None) -> int:
                 pass
         os._exit(code)
     return code
+
+
+class _TrainModule(types.ModuleType):
+    """This module, callable: `hephaestus.train(...)` is the public API's `train` (api.py) while this module shares
+    its name (`from hephaestus import train` and `hephaestus.train.main` keep meaning the module)."""
+
+    def __call__(self, config=None, **overrides):
+        from hephaestus.api import train
+
+        return train(config, **overrides)
+
+
+sys.modules[__name__].__class__ = _TrainModule
+

@@ -10,7 +10,8 @@ Protocol (bsuite/experiments/deep_sea: sweep.py and analysis.py):
   *scores* only if that episode is < 2^N + 100 (analysis.score's `forgiveness=100`);
 * `--stochastic`: deep_sea_stochastic (random transitions, N(0, 1) reward noise at the chain's ends), solved below
   0.8 and only from episode 100 on, as its analysis.py has it; no analytic random row there;
-* constant learning rate; `--seeds` seeds per agent vmapped in one compiled program.
+* constant learning rate; `--num-seeds` seeds per agent in one compiled program (the training command's
+  --num-seeds).
 
 Agents: random (analytic), ppo (entropy coefficient tuned over --ppo-ent-coefs on the smallest size, the best then
 used everywhere), count (tabular count bonus: the oracle), rnd, disagreement (DTC with competence off), dtc,
@@ -33,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 
@@ -45,6 +45,7 @@ import numpy as np
 from hephaestus.config import AGENTS as AGENT_SETTINGS
 from hephaestus.config import TrainConfig, agent_config, resolve
 from hephaestus.envs.registry import make_env
+from hephaestus.experiment import add_out, check_out
 from hephaestus.ppo import make_train
 from hephaestus.stage_options import ConfigError
 from hephaestus.stages import Stage, register_stage
@@ -140,19 +141,23 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
 
 
 def run(size: int, agent: str, ent_coef: float, args) -> dict:
-    config = make_config(size, agent, ent_coef, args)
+    # The seeds are the training command's --num-seeds agents in one program: seed --first-seed + i is agent i, with
+    # its own init key, so its own network, env resets and DeepSea action map (the same numbers as one run per seed).
+    ids = seed_ids(args)
+    config = resolve(make_config(size, agent, ent_coef, args).replace(num_seeds=len(ids), seed=ids[0]))[0]
     trainer = make_train(config, make_env(config.env.name))  # the pipeline's own training entry, one config per agent
-    # Seeds vmapped: each its own init key, so its own network, env resets and DeepSea action map.
-    runners = jax.tree.map(lambda *xs: jnp.stack(xs), *[trainer.init_runner_state(s) for s in seed_ids(args)])
-    chunk = jax.jit(jax.vmap(lambda r, n: trainer.compiled_chunk(r, n), in_axes=(0, None)))
     t0 = time.perf_counter()
-    compiled = chunk.lower(runners, jnp.int32(config.num_updates)).compile()
+    compiled = trainer.compiled_chunk.lower(trainer.runner_state, jnp.int32(config.num_updates)).compile()
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    final, metrics = compiled(runners, jnp.int32(config.num_updates))
-    metrics = jax.device_get(metrics)
+    final, metrics = compiled(trainer.runner_state, jnp.int32(config.num_updates))
+    # [updates, seeds, ...] -> [seeds, updates, ...] in that memory order, as the rows below read and average them
+    # (one seed: no seed axis, so one added)
+    several = config.run.num_seeds > 1
+    metrics = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1)) if several else np.asarray(v)[None]
+               for k, v in jax.device_get(metrics).items()}
     run_s = time.perf_counter() - t0
-    stages = jax.device_get(final.stages)
+    stages = jax.device_get(final.stages if several else jax.tree.map(lambda x: x[None], final.stages))
     maps = np.asarray(stages["rollout"].env_state.action_mapping)[:, 0]  # [seeds, N, N]
     # the bonus agents' signals over training (mean over seeds, at most 100 points): is novelty falling or rising?
     keys = [k for k in metrics if k.startswith(("dtc/", "rnd/", "count/", "wm/")) and np.ndim(metrics[k]) == 2]
@@ -412,7 +417,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[10, 14, 20, 24, 30])
     p.add_argument("--agents", nargs="+", default=list(AGENTS), choices=AGENTS)
-    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--num-seeds", "--seeds", dest="seeds", type=int, default=10,
+                   help="seeds (the training command's --num-seeds; --seeds says the same)")
     p.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1 (more seeds "
                    "for a row: run again from --first-seed 10 and --merge)")
     p.add_argument("--episodes", type=int, default=10_000, help="episodes per size and seed (bsuite: 10,000)")
@@ -469,8 +475,7 @@ def parse_args(argv=None):
                    "and N(0, 1) reward noise at the chain's ends; solved below 0.8 bad episodes, from episode 100")
     p.add_argument("--quick", action="store_true", help="defaults for a smoke run: 2 sizes (6, 8), 3 seeds, 300 "
                    "episodes, small models (explicit flags still win)")
-    p.add_argument("--out", default=os.path.join("checkpoints", "experiments", "deepsea"),
-                   help="writes OUT.json, OUT.md (table) and OUT.png (default: under checkpoints/experiments/)")
+    add_out(p, "deepsea", "writes OUT.json, OUT.md (table) and OUT.png")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="runs nothing: the rows of these earlier OUT.json "
                    "files in one OUT.md table and OUT.png plot (PPO: the entropy coefficient the first file chose)")
     if "--quick" in argv:  # quick defaults; flags given explicitly still win
@@ -482,13 +487,12 @@ def parse_args(argv=None):
                                   *DREAMER_VARIANT_FLAGS.values())}
     if args.out.endswith(".json"):  # --out x.json means x (x.json, x.md, x.png), not x.json.json
         args.out = args.out[:-len(".json")]
-    if os.path.dirname(args.out):
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
     return p, args
 
 
 def main():
     p, args = parse_args()
+    args.out = check_out(p, args.out, "deepsea")
     if args.merge:
         return merge(args.merge, args.out)
     if min(args.sizes) < 2 or args.seeds < 1 or args.episodes < 1 or args.first_seed < 0:

@@ -27,6 +27,7 @@ import subprocess
 import sys
 
 from hephaestus.entry_points import load_script, require_this_checkout
+from hephaestus.experiment import add_out, check_out, write_results
 
 
 # scripts/experiments/dreamer_cartpole.py: its dreamer settings and output writer are this one's.
@@ -131,14 +132,16 @@ def plot(results: dict, path: str) -> None:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True, help="prefix: OUT.json, OUT.md, OUT.png; runs under OUT_runs/")
-    p.add_argument("--seeds", type=int, default=3)
+    add_out(p, "dreamer_boredom", "writes OUT.json, OUT.md, OUT.png; runs under OUT_runs/")
+    p.add_argument("--num-seeds", "--seeds", dest="seeds", type=int, default=3,
+                   help="seeds (the training command's --num-seeds; --seeds says the same)")
     p.add_argument("--timesteps", type=int, default=61440)
     p.add_argument("--threshold", type=float, default=475.0)
     p.add_argument("--final-eval-episodes", type=int, default=100)
     p.add_argument("--runs-dir", default=None, help="where the runs are (default OUT_runs)")
     p.add_argument("--reuse", action="store_true", help="train nothing: read the runs already in the runs folder")
     args = p.parse_args(argv)
+    args.out = check_out(p, args.out, "dreamer_boredom")
     out_dir = args.runs_dir or args.out + "_runs"
     os.makedirs(out_dir, exist_ok=True)
     if not args.reuse:
@@ -151,7 +154,7 @@ def main(argv=None):
         results["variants"][variant] = {
             str(seed): read_run(os.path.join(out_dir, run_name(variant, seed)), args.threshold)
             for seed in range(args.seeds)}
-    CARTPOLE.write_outputs(args.out, results, summarise(results), plot)
+    write_results(args.out, results, summarise(results), plot)
     return 0
 
 

@@ -25,6 +25,7 @@ import subprocess
 import sys
 
 from hephaestus.entry_points import require_this_checkout
+from hephaestus.experiment import add_out, check_out, write_results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(ROOT, "scripts", "train_purejaxrl.py")
@@ -178,8 +179,9 @@ def plot(results, path):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True, help="prefix: OUT.json, OUT.md, OUT.png; runs under OUT_runs/")
-    p.add_argument("--seeds", type=int, default=5)
+    add_out(p, "dreamer_cartpole", "writes OUT.json, OUT.md, OUT.png; runs under OUT_runs/")
+    p.add_argument("--num-seeds", "--seeds", dest="seeds", type=int, default=5,
+                   help="seeds (the training command's --num-seeds; --seeds says the same)")
     p.add_argument("--agents", nargs="+", default=list(AGENTS), choices=list(AGENTS))
     p.add_argument("--ppo-timesteps", type=float, default=5e5)
     p.add_argument("--dreamer-timesteps", type=float, default=1.5e5)
@@ -193,6 +195,7 @@ def main(argv=None):
     p.add_argument("--dreamer-args", default="", help="extra flags for the dreamer run, e.g. '--dtc-replay-ratio 4'")
     p.add_argument("--final-eval-episodes", type=int, default=100, help="greedy episodes each run ends with")
     args = p.parse_args(argv)
+    args.out = check_out(p, args.out, "dreamer_cartpole")
     random_envs = 200  # random-policy episodes for the plot's baseline line
     if args.quick:
         args.seeds, args.ppo_timesteps, args.dreamer_timesteps, args.open_loop_episodes = 2, 4096, 1024, 8
@@ -234,19 +237,8 @@ def main(argv=None):
                       "last-observation MAE |", "|---|---|---|---|"]
         lines += [f"| {r['k']} | {r['episodes']} | {r['model_mae']:.4f} | {r['repeat_last_mae']:.4f} |"
                   for r in ol["rows"]]
-    write_outputs(args.out, results, lines, plot)
+    write_results(args.out, results, lines, plot)
     return 0
-
-
-def write_outputs(out: str, results: dict, lines: list[str], plot_fn) -> None:
-    """OUT.json (the results), OUT.md (the table `lines`, also printed) and OUT.png (`plot_fn(results, path)`)."""
-    with open(out + ".json", "w") as f:
-        json.dump(results, f)
-    with open(out + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    plot_fn(results, out + ".png")
-    print(f"results: {out}.json, {out}.md, {out}.png")
 
 
 if __name__ == "__main__":

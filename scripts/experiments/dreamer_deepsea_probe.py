@@ -31,6 +31,8 @@ import os
 import sys
 import time
 
+from hephaestus.experiment import add_out, check_out, write_json
+
 
 def load_deepsea():
     """scripts/experiments/deepsea.py as a module: its make_config is the experiment's, so the settings match."""
@@ -52,8 +54,9 @@ def main(argv=None) -> int:
     p.add_argument("--dreamer-entropy", type=float, default=None, help="default: the dreamer's own")
     p.add_argument("--advantage-norm", choices=("batch", "range"), default=None, help="default: the dreamer's own")
     p.add_argument("--quick", action="store_true", help="N = 6, 1,000 episodes, small models")
-    p.add_argument("--out", default="dreamer_deepsea_probe")
+    add_out(p, "dreamer_deepsea_probe", "writes OUT.json")
     args = p.parse_args(argv)
+    args.out = check_out(p, args.out, "dreamer_deepsea_probe")
     if args.size < 2 or args.episodes < 1 or args.seed < 0:
         p.error("--size >= 2, --episodes >= 1 and --seed >= 0")
 
@@ -174,8 +177,7 @@ def main(argv=None) -> int:
     for step in report.get("treasure_sequence", []):
         print("treasure sequence: cell {cell} action {action} reward {reward:+.3f}  P(action | real obs) "
               "{p_action_real_obs:.3f}  P(action | decoded obs) {p_action_decoded_obs:.3f}".format(**step))
-    with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
+    write_json(args.out, report)
     print(f"wrote {args.out}.json")
     return 0
 

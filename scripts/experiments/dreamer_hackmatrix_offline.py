@@ -31,6 +31,8 @@ import math
 import sys
 import time
 
+from hephaestus.experiment import add_out, check_out, write_json
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -58,8 +60,9 @@ def main(argv=None) -> int:
                    help="gradient steps of the direct reward MLP (the reference for the reward head); 0: none")
     p.add_argument("--env-params", nargs="*", default=[], help="HackMatrix params NAME=VALUE (default: the env's own)")
     p.add_argument("--quick", action="store_true", help="8 lanes x 64 steps, small model, steps 5,10")
-    p.add_argument("--out", default="dreamer_hackmatrix_offline")
+    add_out(p, "dreamer_hackmatrix_offline", "writes OUT.json")
     args = p.parse_args(argv)
+    args.out = check_out(p, args.out, "dreamer_hackmatrix_offline")
     if args.quick:
         args.envs, args.length, args.held_out, args.steps = 8, 64, 2, "5,10"
         args.deter = args.hidden = 16
@@ -214,8 +217,7 @@ def main(argv=None) -> int:
                  "train_loss_last": {k: round(float(v), 4) for k, v in stats.items()}}
         report["points"].append(point)
         print(json.dumps({k: v for k, v in point.items() if k != "train_loss_last"}), flush=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
+    write_json(args.out, report)
     print(f"wrote {args.out}.json")
     return 0
 

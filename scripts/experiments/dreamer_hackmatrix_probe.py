@@ -27,6 +27,8 @@ import json
 import sys
 import time
 
+from hephaestus.experiment import add_out, check_out, write_json
+
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -36,8 +38,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=float, default=3e5, help="env steps of training")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="8 envs x 16 steps, 2 updates, small models")
-    p.add_argument("--out", default="dreamer_hackmatrix_probe")
+    add_out(p, "dreamer_hackmatrix_probe", "writes OUT.json")
     args = p.parse_args(argv)
+    args.out = check_out(p, args.out, "dreamer_hackmatrix_probe")
 
     from hephaestus.entry_points import require_this_checkout
 
@@ -156,8 +159,7 @@ def main(argv=None) -> int:
     report["cont_head"] = {"at episode ends": round(float(cont_pred[done].mean()), 4) if done.any() else None,
                            "elsewhere": round(float(cont_pred[~done].mean()), 4), "episode_ends": int(done.sum())}
     print(json.dumps(report, indent=1))
-    with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
+    write_json(args.out, report)
     print(f"wrote {args.out}.json")
     return 0
 

@@ -24,6 +24,7 @@ import os
 import sys
 
 from hephaestus.entry_points import require_this_checkout
+from hephaestus.experiment import add_out, check_out
 
 
 def training_env_params(meta: dict, extra: list[str]) -> list[str]:
@@ -61,7 +62,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=128, help="steps per game in the batch")
     p.add_argument("--warmup", type=int, default=384, help="steps played first, so the games are at all ages")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default="", help="also write the table to this file")
+    add_out(p, "hackmatrix_advantage_shares", "writes the table to OUT.json")
+    p.add_argument("--json", default="", metavar="FILE", help="write the table to FILE instead")
     p.add_argument("--quick", action="store_true", help="32 games, 8 + 16 steps (a smoke run)")
     args = p.parse_args(argv)
     if args.quick:
@@ -70,6 +72,7 @@ def main(argv=None) -> int:
         p.error("--envs and --steps at least 1, --warmup at least 0")
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         p.error(f"--json {args.json}: directory does not exist")
+    args.json = args.json or check_out(p, args.out, "hackmatrix_advantage_shares") + ".json"
 
     import jax
     import numpy as np
@@ -77,15 +80,16 @@ def main(argv=None) -> int:
     from hephaestus import networks as nets
     from hephaestus.envs.registry import EnvParamError, parse_env_params
     from hephaestus.ppo import gae
-    from hephaestus.watch import WatchError, load_agent, load_env, resolve_params_path
+    from hephaestus.api import LoadError, load_agent, make_env
 
     try:
-        params, meta, env, network = load_agent(resolve_params_path(args.agent))
+        agent = load_agent(args.agent)
+        params, meta, env, network = agent.params, agent.meta, agent.env, agent.network
         if env.spec.name != "hackmatrix":
             p.error(f"{args.agent} is a {env.spec.name} agent; this experiment plays HackMatrix")
         items = training_env_params(meta, [item for item in args.env_params.split(",") if item.strip()])
-        env = load_env(env.spec.name, **parse_env_params(items))  # its training env, as load_agent builds one
-    except (WatchError, EnvParamError) as err:
+        env = make_env(env.spec.name, **parse_env_params(items))  # its training env, as load_agent builds one
+    except (LoadError, EnvParamError) as err:
         p.error(str(err))
     config = meta.get("config") or {}
     gamma, gae_lambda = float(config.get("gamma", 0.99)), float(config.get("gae_lambda", 0.95))

@@ -16,11 +16,10 @@ sorts for a lever that keeps the teacher on the late stages: the teacher itself 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 
 from hephaestus.entry_points import require_this_checkout
+from hephaestus.experiment import add_out, check_out, write_json
 
 NEVER = 9  # a stage the game never reaches: the agent plays every stage
 
@@ -50,7 +49,7 @@ def main(argv=None) -> int:
     p.add_argument("--episodes", type=int, default=1000, help="games per evaluation seed")
     p.add_argument("--seeds", default="0,1,2", help="evaluation seeds")
     p.add_argument("--max-steps", type=int, default=1000)
-    p.add_argument("--out", default="handoff", help="writes OUT.json")
+    add_out(p, "hackmatrix_handoff", "writes OUT.json")
     p.add_argument("--quick", action="store_true", help="16 games of at most 40 steps, stages 9 and 2 (a smoke run)")
     args = p.parse_args(argv)
     try:
@@ -62,19 +61,19 @@ def main(argv=None) -> int:
         args.episodes, args.max_steps, stages, seeds = 16, 40, [NEVER, 2], seeds[:1]
     if not all(2 <= s <= NEVER for s in stages) or args.episodes < 1 or args.max_steps < 1:
         p.error("--from-stages in 2..9, --episodes and --max-steps at least 1")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-        p.error(f"--out {args.out}: directory does not exist")
+    args.out = check_out(p, args.out, "hackmatrix_handoff")
 
     import jax
     import numpy as np
 
     from hephaestus.evaluation import Evaluator
-    from hephaestus.watch import WatchError, load_agent, resolve_params_path
+    from hephaestus.api import LoadError, load_agent
 
     try:
-        params, _, env, network = load_agent(resolve_params_path(args.agent))
-    except WatchError as err:
+        agent = load_agent(args.agent)
+    except LoadError as err:
         p.error(str(err))
+    params, env, network = agent.params, agent.env, agent.network
     if env.spec.name != "hackmatrix":
         p.error(f"{args.agent} is a {env.spec.name} agent; this experiment plays HackMatrix")
     try:
@@ -101,9 +100,8 @@ def main(argv=None) -> int:
         rows.append({"from_stage": stage, "per_seed": per_seed})
         print(f"from stage {stage}: victories per {args.episodes} games {[r['victories'] for r in per_seed]}",
               flush=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump({"agent": args.agent, "teacher": args.teacher, "episodes": args.episodes, "seeds": seeds,
-                   "max_steps": args.max_steps, "rows": rows}, f, indent=1)
+    write_json(args.out, {"agent": args.agent, "teacher": args.teacher, "episodes": args.episodes, "seeds": seeds,
+                          "max_steps": args.max_steps, "rows": rows})
     print(f"| {args.teacher} plays from stage | victories per {args.episodes} (seeds {','.join(map(str, seeds))}) | "
           "without UNDO | stage 1 cleared | stage 4 reached | stage 8 reached |")
     print("|---|---|---|---|---|---|")

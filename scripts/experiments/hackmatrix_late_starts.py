@@ -29,6 +29,7 @@ import tempfile
 import numpy as np
 
 from hephaestus.entry_points import require_this_checkout
+from hephaestus.experiment import add_out, check_out, write_json
 
 FIRST_LATE_STAGE = 2  # the curriculum's starts are uniform in 2..max (EnvParams.curriculum_max_stage)
 LAST_STAGE = 8
@@ -135,7 +136,7 @@ def main(argv=None) -> int:
     p.add_argument("--program-prob", type=float, default=0.02,
                    help="each program owned with this probability per skipped stage (EnvParams.curriculum_program_prob;"
                         " 0.02 hands a stage-8 start about 2.8 of the 23)")
-    p.add_argument("--out", default="late_starts", help="writes OUT.json and OUT.png")
+    add_out(p, "hackmatrix_late_starts", "writes OUT.json and OUT.png")
     p.add_argument("--quick", action="store_true", help="28 games of at most 30 steps (a smoke run)")
     args = p.parse_args(argv)
     if args.quick:
@@ -144,8 +145,7 @@ def main(argv=None) -> int:
         p.error("give agents, --random or --scripted NAME")
     if args.episodes < 1 or args.max_steps < 1 or not FIRST_LATE_STAGE <= args.max_stage <= LAST_STAGE:
         p.error("--episodes and --max-steps at least 1, --max-stage in 2..8")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-        p.error(f"--out {args.out}: directory does not exist")
+    args.out = check_out(p, args.out, "hackmatrix_late_starts")
 
     policies = [([path], label) for label, path in map(agent_label, args.agents)]
     policies += [(["--random", "--env", "hackmatrix"], "random policy")] if args.random else []
@@ -154,10 +154,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as workdir:
         for policy, label in policies:
             results[label] = by_start_stage(play(policy, label, args, workdir))
-    with open(args.out + ".json", "w") as f:
-        json.dump({"episodes": args.episodes, "seed": args.seed, "max_stage": args.max_stage,
-                   "program_prob": args.program_prob, "max_steps": args.max_steps, "by_start_stage": results}, f,
-                  indent=1)
+    write_json(args.out, {"episodes": args.episodes, "seed": args.seed, "max_stage": args.max_stage,
+                          "program_prob": args.program_prob, "max_steps": args.max_steps, "by_start_stage": results})
     plot(results, args.out + ".png", f"HackMatrix, games started on a stage uniform in 2..{args.max_stage} "
          f"({args.episodes} per policy, eval seed {args.seed})")
     print(table(results))

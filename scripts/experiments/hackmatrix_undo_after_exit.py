@@ -26,6 +26,7 @@ import os
 import sys
 
 from hephaestus.entry_points import require_this_checkout
+from hephaestus.experiment import add_out, check_out
 
 
 def first_steps_after_exits(stage_before, stage_after, done):
@@ -61,7 +62,8 @@ def main(argv=None) -> int:
     p.add_argument("--games", type=int, default=1000, help="games played at once")
     p.add_argument("--steps", type=int, default=1000, help="steps per game lane (games auto-reset)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default="", help="also write the table to this file")
+    add_out(p, "hackmatrix_undo_after_exit", "writes the table to OUT.json")
+    p.add_argument("--json", default="", metavar="FILE", help="write the table to FILE instead")
     p.add_argument("--quick", action="store_true", help="16 games x 40 steps (a smoke run)")
     args = p.parse_args(argv)
     if args.quick:
@@ -70,6 +72,7 @@ def main(argv=None) -> int:
         p.error("--games at least 1 and --steps at least 2")
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         p.error(f"--json {args.json}: directory does not exist")
+    args.json = args.json or check_out(p, args.out, "hackmatrix_undo_after_exit") + ".json"
 
     import jax
     import jax.numpy as jnp
@@ -77,7 +80,7 @@ def main(argv=None) -> int:
     from hephaestus.envs.hackmatrix.constants import A_UNDO
     from hephaestus.envs.registry import EnvParamError, parse_env_params
     from hephaestus.networks import masked_logits
-    from hephaestus.watch import WatchError, load_agent, resolve_params_path
+    from hephaestus.api import LoadError, load_agent
 
     items = [item for item in args.env_params.split(",") if item.strip()]
 
@@ -106,9 +109,10 @@ def main(argv=None) -> int:
     rows, players = {}, {}  # players: one compiled program per network shape (agents of one config share it)
     for agent in args.agents:
         try:
-            params, meta, env, network = load_agent(resolve_params_path(agent), env_params=parse_env_params(items))
-        except (WatchError, EnvParamError) as err:
+            loaded = load_agent(agent, env_params=parse_env_params(items))
+        except (LoadError, EnvParamError) as err:
             p.error(str(err))
+        params, meta, env, network = loaded.params, loaded.meta, loaded.env, loaded.network
         if env.spec.name != "hackmatrix":
             p.error(f"{agent} is a {env.spec.name} agent; this experiment plays HackMatrix")
         shape = json.dumps(meta.get("network") or {}, sort_keys=True)

@@ -20,6 +20,7 @@ from hephaestus.entry_points import require_this_checkout
 import numpy as np
 
 from hephaestus.evaluation import random_policy_returns
+from hephaestus.experiment import add_out, check_out
 
 
 def read_curves(run_dir: str):
@@ -47,8 +48,10 @@ def main(argv=None):
     p.add_argument("--random-envs", type=int, default=200)
     p.add_argument("--random-steps", type=int, default=4001, help="more than the time limit (Snake: 4000)")
     p.add_argument("--last", type=int, default=3, help="final return = mean of the last this many records")
-    p.add_argument("--plot", default="learning_check.png")
+    add_out(p, "learning_check", "writes OUT.png")
+    p.add_argument("--plot", default=None, metavar="FILE", help="write the plot to FILE instead of OUT.png")
     args = p.parse_args(argv)
+    args.plot = args.plot or check_out(p, args.out, "learning_check") + ".png"
 
     random_returns = random_policy_returns(args.env, args.random_envs, args.random_steps)
     rand_mean = float(random_returns.mean())

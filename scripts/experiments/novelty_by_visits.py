@@ -25,6 +25,8 @@ import json
 import sys
 import time
 
+from hephaestus.experiment import add_out, check_out, write_json
+
 BINS = ((0, 0), (1, 9), (10, 99), (100, 999), (1000, None))
 REFERENCE = (100, 999)
 
@@ -46,10 +48,11 @@ def main(argv=None) -> int:
     p.add_argument("--probes", type=int, default=20, help="probe batches (16 envs x 32 steps, biases 0..1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="N = 6, 20 updates, 3 probes")
-    p.add_argument("--out", default="novelty_by_visits")
+    add_out(p, "novelty_by_visits", "writes OUT.json")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="runs nothing: one plot of the DTC column of each "
                    "earlier OUT.json (labelled by its settings) beside the first one's RND column")
     args = p.parse_args(argv)
+    args.out = check_out(p, args.out, "novelty_by_visits")
     if args.merge:
         return merge(args.merge, args.out)
     if args.quick:
@@ -145,8 +148,7 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"| {r['visits']} | {r['transitions']} | {r['dtc']:.2f} | {r['rnd']:.2f} |")
     print(f"(each signal relative to its mean over cells visited {bin_name(*REFERENCE)} times)")
-    with open(f"{args.out}.json", "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(args.out, result)
     plot([result], args.out)
     return 0
 

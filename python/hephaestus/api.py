@@ -1,0 +1,206 @@
+"""The public Python API: `hephaestus.load_agent`, `Agent.act`, `hephaestus.make_env`, `hephaestus.train`.
+
+    import jax, hephaestus
+    run = hephaestus.train(env="gymnax:CartPole-v1", total_timesteps=20_000)  # the CLI's flags, as keywords
+    agent = hephaestus.load_agent(run.run_dir)  # or whatever watch_agent.py takes: a params file, a step directory
+    state, step = agent.env.reset(jax.random.PRNGKey(0))
+    action = agent.act(step)  # greedy; agent.act(step, key) samples; the step's action mask applies
+
+* `load_agent(path)` reads what watch_agent.py and evaluate.py read (saved_agent.py): a `final_params.npz` or
+  `params_<n>.npz`, a run directory (its final parameters, else its newest), or a checkpoint step directory (the
+  export beside it). The network comes from the file's metadata, its observation statistics (--normalize-obs)
+  included, so `act` sees observations as training did.
+* `Agent.act` is the one policy of training, evaluation and watch_agent.py (`networks.act`): greedy is the
+  argmax over the valid actions, a key samples. It takes one observation [obs_dim] or a batch [..., obs_dim],
+  or an env step (`EnvStep`, what `env.reset`/`env.step` return), whose action mask it applies; an env with action
+  masks (HackMatrix, jumanji) needs the step or `mask=`.
+* `agent.env` is the env the agent trained on, built from the name its file stores with the env's own parameters:
+  the rules evaluations play (a training reward set by --env-params is not applied; `env_params=` plays a variant).
+* `make_env(name, **params)`: the env of `--env NAME` with `--env-params` as keywords.
+* `train(config_or_yaml, **overrides)` runs the training command's own code path (train.py) and returns the run
+  directory, the resolved config and the final parameters.
+
+Nothing here imports jax before it is used: `import hephaestus` stays light for the command-line entry points.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from hephaestus.saved_agent import LoadError
+
+
+class TrainError(RuntimeError):
+    """A training run started through `train()` that did not finish; the message says how it ended."""
+
+
+@dataclass(eq=False)
+class Agent:
+    """A trained agent: its parameters, its network, the env it plays and the metadata of its file."""
+
+    params: Any
+    network: Any  # networks.ActorCritic
+    env: Any  # envs.adapters.AdaptedEnv
+    meta: dict
+    path: str = ""
+    seed_index: int = 0  # which agent of a --num-seeds file
+    _compiled: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def spec(self):
+        """The env's static facts (envs.adapters.EnvSpec): obs_dim, action_dim, discrete, has_action_mask."""
+        return self.env.spec
+
+    @property
+    def num_seeds(self) -> int:
+        """How many agents the file holds (a --num-seeds run's); this one is row `seed_index`."""
+        from hephaestus.export import num_seeds_of
+
+        return num_seeds_of(self.meta)
+
+    def act(self, obs, key=None, mask=None):
+        """The action(s) for `obs`: greedy (the argmax over the valid actions) without `key`, sampled with one.
+
+        `obs`: one observation [obs_dim], a batch [..., obs_dim], or an env step (anything with `.obs` and
+        `.action_mask`, as `env.reset` and `env.step` return), whose mask is used unless `mask` is given.
+        `mask`: bool [..., action_dim], the valid actions; required where the env has action masks and `obs` is a
+        bare array. Returns int32 [...] (discrete) or float32 [..., action_dim] within the action bounds."""
+        import jax.numpy as jnp
+
+        if hasattr(obs, "obs") and hasattr(obs, "action_mask"):
+            obs, mask = obs.obs, obs.action_mask if mask is None else mask
+        obs = jnp.asarray(obs)
+        spec = self.spec
+        if obs.ndim == 0 or obs.shape[-1] != spec.obs_dim:
+            raise ValueError(f"{spec.name} observations have {spec.obs_dim} values; got shape {tuple(obs.shape)}")
+        width = spec.action_dim if spec.discrete else 1
+        if mask is None:
+            if spec.has_action_mask:
+                raise ValueError(f"{spec.name} has action masks: pass the env step (agent.act(step)) or "
+                                 "mask=step.action_mask, so that no invalid action is chosen")
+            mask = jnp.ones(obs.shape[:-1] + (width,), bool)
+        mask = jnp.broadcast_to(jnp.asarray(mask, bool), obs.shape[:-1] + (jnp.shape(mask)[-1],))
+        if key is None:
+            return self._policy(True)(self.params, obs, mask, None)
+        return self._policy(False)(self.params, obs, mask, key)
+
+    def _policy(self, greedy: bool):
+        """networks.act, jitted once per agent and mode (greedy is a Python bool: it selects the program)."""
+        if greedy not in self._compiled:
+            import jax
+
+            from hephaestus import networks
+
+            network = self.network
+
+            def policy(params, obs, mask, key):
+                return networks.act(network, params, obs, mask, key, greedy)[0]
+
+            self._compiled[greedy] = jax.jit(policy)
+        return self._compiled[greedy]
+
+
+def load_agent(path: str, seed_index: int | None = None, env_params: dict | None = None,
+               env: str | None = None) -> Agent:
+    """The agent saved at `path`: a params file, a run directory or a checkpoint step directory (what
+    watch_agent.py takes). `seed_index`: which agent of a --num-seeds file (default 0); `env_params`: play a
+    variant of its env (default: the env's own parameters); `env`: the env name for a file that names none.
+    LoadError (one line) on a bad path or file."""
+    from hephaestus.saved_agent import load_agent as read_agent, resolve_params_path
+
+    params_path = resolve_params_path(os.fspath(path))
+    params, meta, adapted, network = read_agent(params_path, env, seed_index, env_params)
+    return Agent(params=params, network=network, env=adapted, meta=meta, path=params_path,
+                 seed_index=0 if seed_index is None else seed_index)
+
+
+def make_env(name: str, **params):
+    """The env `--env NAME` trains on, with `params` as `--env-params` gives them (values or text): an
+    `AdaptedEnv` with `reset(key) -> (state, step)` and `step(key, state, action) -> (state, step)`."""
+    from hephaestus.saved_agent import load_env
+
+    return load_env(name, **params)
+
+
+@dataclass
+class TrainResult:
+    """What `train()` returns: where the run lies, its resolved config, its final parameters."""
+
+    run_dir: str
+    config: Any  # config.TrainConfig, resolved
+    params: Any  # the final parameters as final_params.npz holds them (a leading [seeds] axis with --num-seeds)
+    meta: dict  # that file's metadata
+    metrics: list = field(default_factory=list)  # the records of metrics.jsonl this run wrote, one per chunk
+
+    def agent(self, seed_index: int | None = None) -> Agent:
+        """The trained agent (`load_agent(run_dir)`)."""
+        return load_agent(self.run_dir, seed_index=seed_index)
+
+
+def _coerce(name: str, value):
+    """A keyword's value as its option expects it: 2e4 for an int option is 20000; a dict of env params is
+    --env-params' NAME=VALUE list; a comma-separated string is a list option's items."""
+    from hephaestus.config import options
+
+    option = options().get(name)
+    if option is None:
+        return value
+    kind, _ = option.kind()
+    if kind == "int" and isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    if kind == "tuple":
+        if isinstance(value, dict):
+            return tuple(f"{k}={v}" for k, v in value.items())
+        if isinstance(value, str):
+            from hephaestus.cli import comma_separated, whole_numbers
+
+            return comma_separated(value) if option.element is str else whole_numbers(value)
+    return value
+
+
+def train(config=None, **overrides) -> TrainResult:
+    """Train as `scripts/train_purejaxrl.py` does (the same code: train.run_config) and return the run.
+
+    `config`: a TrainConfig, a YAML file (what --config takes) or None (the defaults); `overrides`: options by
+    their flat names, the flags' names with `_` (`env="gymnax:CartPole-v1"`, `total_timesteps=2e4`,
+    `num_seeds=2`, `env_params={"distance_coef": 0}`). The run is written to `<checkpoint_dir>/<run_name>`
+    as the command writes it. ConfigError (one line) on a bad option; TrainError when the run did not finish."""
+    import importlib
+
+    from hephaestus.config import ConfigError, TrainConfig, from_flat_dict, options
+    from hephaestus.config import _did_you_mean as did_you_mean
+    from hephaestus.export import load_params_npz
+
+    if config is None:
+        base = TrainConfig()
+    elif isinstance(config, TrainConfig):
+        base = config
+    elif isinstance(config, (str, os.PathLike)):
+        from hephaestus.config_files import load_config_file
+
+        base = load_config_file(os.fspath(config))
+    else:
+        raise ConfigError(f"train(): expected a TrainConfig, a YAML path or None, got {type(config).__name__}")
+    known = options()
+    for name in overrides:
+        if name not in known:
+            raise ConfigError(f"train(): unknown option {name!r}{did_you_mean(name)}")
+    config = from_flat_dict({k: _coerce(k, v) for k, v in overrides.items()}, "train():", base)
+    trainer = importlib.import_module("hephaestus.train")  # the module (`hephaestus.train` is also this function)
+    outcome: dict = {}
+    try:
+        code = trainer.run_config(config, outcome=outcome)
+    except SystemExit as exit_:  # a one-line error, already printed on stderr
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    if code != 0 or "run_dir" not in outcome:
+        raise TrainError(f"training did not finish (exit code {code}; its message is above)")
+    final = os.path.join(outcome["run_dir"], "final_params.npz")
+    params, meta = load_params_npz(final)
+    return TrainResult(run_dir=outcome["run_dir"], config=outcome["config"], params=params, meta=meta,
+                       metrics=list(outcome.get("records") or []))
+
+
+__all__ = ["Agent", "LoadError", "TrainError", "TrainResult", "load_agent", "make_env", "train"]
