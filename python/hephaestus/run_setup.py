@@ -159,7 +159,7 @@ def prepare_run(config, trainer, run_dir: str, resume: Checkpoint | None = None,
                 message(f"wandb: could not start ({one_line(err)}); continuing without wandb")
         if config.logging.tensorboard_dir:
             try:
-                sinks.append(TensorBoardSink(config.logging.tensorboard_dir, purge_step=start + 1 if resume else None))
+                sinks.append(TensorBoardSink(config.logging.tensorboard_dir, purge_step=start * config.batch_size + 1 if resume else None))
             except (OSError, ImportError) as err:
                 for sink in sinks:
                     sink.close()

@@ -261,6 +261,19 @@ class Player:
         self.greedy = greedy
         self._build()
 
+    @classmethod
+    def from_parts(cls, params, env, network, meta=None, greedy: bool = True) -> "Player":
+        """A player of parameters in memory (a training run's evaluation video), not of a file."""
+        player = cls.__new__(cls)
+        player.params, player.meta, player.env, player.network = params, meta or {}, env, network
+        player.seed_index, player.num_seeds = 0, 1
+        player.spec = env.spec
+        player.env_name = env.spec.name
+        player.present = env.presentation
+        player.greedy = greedy
+        player._build()
+        return player
+
     # -- the compiled functions (jit once; every step reuses them) --------------------------------------
     def _build(self):
         import jax
@@ -493,6 +506,29 @@ class FileView:
         else:
             write_mp4(self.path, frames, self.fps)
         return len(frames)
+
+
+def episode_video(params, env, network, path: str, seed: int = 0, max_steps: int = 1000, fps: float = 5.0,
+                  instance=None) -> tuple[str, int, float]:
+    """One greedy episode of `params` written to `path` (.mp4 where imageio-ffmpeg is installed, else .gif): the
+    captioned RGB frames watch_agent.py --save writes. Returns (path written, frames, episode return). `instance`:
+    the training run's env instance (DeepSea's map), played instead of the env's default one."""
+    if instance is not None and env.set_instance is not None:
+        from hephaestus.envs.adapters import with_fixed_instance
+
+        env = with_fixed_instance(env, instance)
+    player = Player.from_parts(params, env, network)
+    frames: list[np.ndarray] = []
+    results = player.episodes(1, max_steps, seed, lambda f: frames.append(captioned(player.rgb(f), caption_for(f))))
+    h, w = max(f.shape[0] for f in frames), max(f.shape[1] for f in frames)
+    frames = [np.pad(f, ((0, h - f.shape[0]), (0, w - f.shape[1]), (0, 0))) for f in frames]
+    try:
+        path = os.path.splitext(path)[0] + ".mp4"
+        write_mp4(path, frames, fps)
+    except (ImportError, RuntimeError, OSError):  # no imageio-ffmpeg or no ffmpeg binary: a GIF (pillow)
+        path = os.path.splitext(path)[0] + ".gif"
+        write_gif(path, frames, fps)
+    return path, len(frames), results[0].total_reward if results else 0.0
 
 
 def write_gif(path: str, frames: list[np.ndarray], fps: float) -> None:
