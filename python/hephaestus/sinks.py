@@ -21,22 +21,28 @@ from collections import deque
 import numpy as np
 
 # How a per-update metric becomes one number per chunk.
-SUMMED = ("num_episodes", "fully_masked_rows")
+SUMMED = ("num_episodes", "num_curriculum_episodes", "fully_masked_rows")
 
 
 def chunk_reduce(metrics: dict) -> dict:
-    """One number per metric for a chunk. `episode/<key>` metrics arrive as per-update sums over the episodes
-    that ended (maxes for `*_max` keys): they become means over all the chunk's episodes (the max), and are left
-    out of a chunk in which no episode ended."""
+    """One number per metric for a chunk. `episode/<key>` metrics arrive as per-update sums over the fresh
+    episodes that ended (maxes for `*_max` keys), `curriculum/<key>` over those begun as a curriculum's late start
+    (`num_curriculum_episodes` of them): each becomes a mean over the chunk's episodes of its kind (the max), and
+    is left out of a chunk in which no episode of its kind ended (`num_curriculum_episodes` too, where none did)."""
     from hephaestus.episode_stats import is_max_key
 
     out = {}
     episodes = float(np.sum(metrics["num_episodes"])) if "num_episodes" in metrics else 0.0
+    late = float(np.sum(metrics["num_curriculum_episodes"])) if "num_curriculum_episodes" in metrics else 0.0
+    counts = {"episode/": episodes - late, "curriculum/": late}
     for key, values in metrics.items():
         values = np.asarray(values, dtype=np.float64)
-        if key.startswith("episode/"):
-            if episodes > 0:
-                out[key] = float(values.max()) if is_max_key(key) else float(values.sum() / episodes)
+        prefix = next((p for p in counts if key.startswith(p)), None)
+        if prefix is not None:
+            if counts[prefix] > 0:
+                out[key] = float(values.max()) if is_max_key(key) else float(values.sum() / counts[prefix])
+        elif key == "num_curriculum_episodes" and late == 0:
+            continue
         elif key in SUMMED:
             out[key] = float(values.sum())
         elif key in ("mean_episode_return", "mean_episode_length"):
@@ -72,14 +78,14 @@ def combine_seeds(per_seed: list[dict]) -> dict:
     """One record from one record per seed: each key the mean over seeds, headline, `eval/` and `episode/` keys
     also `<key>/std` and `<key>/iqm`, and `per_seed` mapping every key to the per-seed values."""
     out = {}
-    keys = list(dict.fromkeys(k for r in per_seed for k in r))  # episode/ keys are absent where no episode ended
+    keys = list(dict.fromkeys(k for r in per_seed for k in r))  # episode/ keys: absent where no episode ended
     per_seed = [{k: r.get(k, float("nan")) for k in keys} for r in per_seed]
     for key in keys:
         values = np.array([r[key] for r in per_seed])
-        if key.startswith("episode/"):
+        if key.startswith(("episode/", "curriculum/")):
             values = values[np.isfinite(values)]
         out[key] = float(values.mean())
-        if key in HEADLINE or key.startswith(("eval/", "episode/")):
+        if key in HEADLINE or key.startswith(("eval/", "episode/", "curriculum/")):
             out[f"{key}/std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
             out[f"{key}/iqm"] = iqm(values)
     out["per_seed"] = {key: [r[key] for r in per_seed] for key in per_seed[0]}
@@ -132,7 +138,7 @@ class ConsoleSink:
                 f"len {spread(r, 'mean_episode_length', 1)} | ent {r['entropy']:.3f}")
         if "approx_kl" in r:  # PPO's (the dreamer has no ratio to clip)
             line += f" kl {r['approx_kl']:.4f} clip {r['clip_frac']:.3f}"
-        for prefix in ("episode/", "eval/"):
+        for prefix in ("episode/", "curriculum/", "eval/"):
             shown = [f"{k} {r[prefix + k]:.2f}" for k in self.headline if prefix + k in r]
             if prefix == "eval/" and "eval/return_mean" in r:
                 shown.insert(0, f"return {r['eval/return_mean']:.2f} len {r['eval/length_mean']:.0f}")
