@@ -86,6 +86,11 @@ def evaluate_now(evaluator, runner, seed: int, update: int, message, instance=No
     return {**metrics, "eval_seconds": seconds}
 
 
+def stop_requested(hooks) -> bool:
+    """Whether a hook was asked to stop the run (training_hooks.StopSignals after a signal)."""
+    return any(getattr(h, "stop_requested", False) for h in hooks)
+
+
 def video_sink(sinks, config):
     """The sink that takes evaluation videos (wandb's), where --eval-video is on; else None."""
     if not config.logging.eval_video:
@@ -178,7 +183,9 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
         before, done_updates = done_updates, done_updates + n
         evaluating = evaluator is not None and done_updates // eval_every > before // eval_every
         # The next chunk goes first unless someone reads this chunk's state (donated to the next chunk).
+        # A stop asked for (Ctrl-C) while this chunk ran: queue nothing more, so the run ends after it.
         state_needed = (done_updates >= total_updates or stopping or evaluating or bool(profile)
+                        or stop_requested(hooks)
                         or any(getattr(h, "needs_state", lambda u: True)(done_updates) for h in hooks))
         queued = None if state_needed else dispatch(runner, done_updates)
         wait_ready(metrics)  # in Python, not inside device_get, so a SIGINT/SIGTERM handler runs at once
@@ -244,7 +251,7 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
         if stop and not stopping:  # a chunk already queued still runs and is logged; nothing after it
             stopping = True
             result.stopped_early = True
-        if queued is None and done_updates < total_updates and not stopping:  # the state was read: go on
+        if queued is None and done_updates < total_updates and not stopping and not stop_requested(hooks):
             t_last = time.perf_counter()
             queued = dispatch(runner, done_updates)
 
