@@ -120,7 +120,7 @@ def one_line(stderr, needle):
 def test_bad_input_to_the_script_is_a_one_line_error(tmp_path, kind):
     target, needle = bad_input(tmp_path, kind)
     out = watch(str(target), "--episodes", "1")
-    assert out.returncode == 1
+    assert out.returncode == 2
     one_line(out.stderr, needle)
 
 
@@ -129,7 +129,7 @@ def test_bad_input_is_a_one_line_error(tmp_path, kind, capsys):
     from hephaestus.watch import main
 
     target, needle = bad_input(tmp_path, kind)
-    assert main([str(target), "--episodes", "1"], compile_cache=False) == 1
+    assert main([str(target), "--episodes", "1"], compile_cache=False) == 2
     one_line(capsys.readouterr().err, needle)
 
 
@@ -207,6 +207,8 @@ def test_hackmatrix_terminal_prints_board_and_summary(hackmatrix_runs):
     # the same per-episode statistics evaluate.py and training's eval/ report, from the env's declaration
     assert re.search(r"^eval: 1 episodes: return [+-]\d", stdout, re.M)
     assert "stage_reached>=2" in stdout and "siphons_used" in stdout
+    # the key to the board's cell codes, under every board
+    assert stdout.count("legend: @ you") == stdout.count("5 |") > 0 and "$S data siphon" in stdout
 
 
 def test_mp4_has_every_frame(tmp_path):
@@ -236,7 +238,7 @@ def test_window_needs_a_display(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "platform", "linux")
     target = tmp_path / "p.npz"
     target.write_bytes(b"x")
-    assert main([str(target), "--window"], compile_cache=False) == 1
+    assert main([str(target), "--window"], compile_cache=False) == 2
     one_line(capsys.readouterr().err, "--window needs a display")
 
 
@@ -269,7 +271,7 @@ def test_env_flag_fills_in_only_what_the_file_lacks(tmp_path, capsys):
     network = make_network(env.spec, config)
     params = network.init(jax.random.PRNGKey(0), np.zeros((1, 4), np.float32))
     path = save_params_npz(str(tmp_path / "noenv.npz"), params, env="", network=network_meta(env.spec, config))
-    assert main([path], compile_cache=False) == 1
+    assert main([path], compile_cache=False) == 2
     one_line(capsys.readouterr().err, "pass --env")
     assert main([path, "--env", "gymnax:CartPole-v1", "--episodes", "1", "--max-steps", "2"], compile_cache=False) == 0
     out = capsys.readouterr().out
@@ -418,4 +420,4 @@ def test_eval_game_replays_the_game_evaluate_played(tmp_path):
         assert result.stats["stage_reached"] == games["stats"]["stage_reached"][g], g
     # the script's flag: one line for what cannot be replayed
     bad = watch(str(params), "--eval-game", "0", "--sample")
-    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "greedy" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "greedy" in bad.stderr

@@ -96,6 +96,10 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
         print(note)
     print(f"run {config.run.run_name}: {config.env.name}, {config.env.num_envs} envs x {config.env.num_steps} steps, "
           f"{config.num_updates} updates, {update_summary(config)}, compile cache {cache}")
+    will_run = config.num_updates * config.batch_size
+    if will_run != config.env.total_timesteps:  # whole updates only: say what runs instead of the number asked
+        print(f"total timesteps: asked {config.env.total_timesteps:,}, will run {will_run:,} ({config.num_updates} "
+              f"updates of {config.env.num_envs:,} envs x {config.env.num_steps} steps, rounded up to whole updates)")
     if config.env.env_params:  # a reward other than the game's, say so: evaluations play the game's
         print(f"training env params: {','.join(config.env.env_params)} (evaluations play the env's defaults)")
     t_setup = time.perf_counter()

@@ -378,8 +378,9 @@ class TerminalView:
     """Text board redrawn in place (ANSI clear + home) when stdout is a terminal; frames one after another
     without pauses otherwise (e.g. piped to a file)."""
 
-    def __init__(self, player: Player, fps: float, out=None):
+    def __init__(self, player: Player, fps: float, out=None, legend: bool = True):
         self.player, self.out = player, out or sys.stdout
+        self.legend = legend  # the env's key to its text board (Presentation.legend) under every board
         self.live = hasattr(self.out, "isatty") and self.out.isatty()
         self.delay = 1.0 / fps if fps > 0 else 0.0
         self.finished: list[str] = []  # episode lines, kept on screen under every redraw
@@ -404,6 +405,8 @@ class TerminalView:
         status = self.player.status(frame)
         if status:
             lines.append(status)
+        if self.legend and self.player.present.legend:
+            lines.append(self.player.present.legend)
         if frame.done:
             lines.append(f"-> {frame.done}")
         print("\n".join(lines), file=self.out, flush=True)
@@ -625,6 +628,9 @@ def build_parser():
     view.add_argument("--window", action="store_true", help="show the frames in a window (needs a display)")
     view.add_argument("--save", metavar="FILE", help="write the frames to FILE.gif or FILE.mp4 (headless)")
     p.add_argument("--fps", type=float, default=5.0, help="frames per second (default 5)")
+    p.add_argument("--legend", action=argparse.BooleanOptionalAction, default=True,
+                   help="the key to the terminal board's cell codes under it, for envs that have one (default on; "
+                        "--no-legend: off)")
     return p
 
 
@@ -667,7 +673,7 @@ def main(argv=None, compile_cache: bool = True) -> int:
         elif args.window:
             view = WindowView(player, args.fps)
         else:
-            view = TerminalView(player, args.fps)
+            view = TerminalView(player, args.fps, legend=args.legend)
         on_end = view.episode_done if isinstance(view, TerminalView) else \
             (lambda ep, r: print(episode_line(ep, r), flush=True))
         try:
@@ -689,9 +695,9 @@ def main(argv=None, compile_cache: bool = True) -> int:
             view.close()
         print("\n".join(summary_lines(results, player.spec.episode_stats, player.present.episode_note)))
         return 0
-    except WatchError as err:
+    except WatchError as err:  # bad input (a path, a flag, a file that does not fit): exit 2, as train does
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 2
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 130
