@@ -378,7 +378,7 @@ def test_watch_save_target_is_checked_before_playing(tmp_path, capsys, monkeypat
         raise AssertionError("the agent was loaded before --save was checked")
 
     monkeypatch.setattr(watch, "Player", never)
-    assert watch.main([cartpole_params, "--save", str(tmp_path / target)], compile_cache=False) == 1
+    assert watch.main([cartpole_params, "--save", str(tmp_path / target)], compile_cache=False) == 2
     error_line(capsys.readouterr().err, needle)
 
 

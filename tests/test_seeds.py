@@ -153,7 +153,7 @@ def test_seed_index_picks_that_seeds_parameters(multi, capsys):
         np.testing.assert_array_equal(np.asarray(mine), all_seeds[2])
     one, index = select_seed(params, meta, None)
     assert index == 0 and np.array_equal(jax.tree.leaves(one)[0], jax.tree.leaves(params)[0][0])
-    assert watch_main([str(multi), "--seed-index", "3", "--episodes", "1"], compile_cache=False) == 1
+    assert watch_main([str(multi), "--seed-index", "3", "--episodes", "1"], compile_cache=False) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--seed-index 3 is out of range" in err[0] and "0..2" in err[0]
 
