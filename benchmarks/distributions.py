@@ -1,12 +1,14 @@
-"""Our policy distributions (hephaestus.networks) against distrax's, jitted, side by side in one process.
+"""The pipeline's policy distributions (hephaestus.networks: distrax's, on masked logits) against the same
+distributions written in plain jax, jitted, side by side in one process.
 
     python benchmarks/distributions.py                   # [4096, 30] masked categorical, [4096, 6] Gaussian
     python benchmarks/distributions.py --batch 2048 --actions 28 --repeats 200
+    python benchmarks/distributions.py --training        # CartPole 4 x 128 training chunks, both ways
 
 For each distribution, one jitted function does sample + log_prob + entropy on a batch; the two implementations
-are timed in alternating rounds (median over rounds), their results compared, and the ratio distrax / ours
-printed (> 1: distrax is slower). Needs distrax, which the pipeline itself does not use (specs/pipeline.md,
-"Policies"): `pip install distrax`.
+are timed in alternating rounds (median over rounds), their results compared, and the ratio distrax / plain
+printed (> 1: distrax is slower). --training compiles the CartPole 4 x 128 training chunk once with each
+implementation in one process and times the two alternately (env steps per second).
 """
 
 from __future__ import annotations
@@ -25,30 +27,78 @@ import jax.numpy as jnp  # noqa: E402
 from hephaestus import networks as nets  # noqa: E402
 
 
+def plain_categorical_sample(key, logits, mask):
+    return jax.random.categorical(key, nets.masked_logits(logits, mask), axis=-1)
+
+
+def plain_categorical_log_prob(logits, mask, action):
+    log_p = jax.nn.log_softmax(nets.masked_logits(logits, mask), axis=-1)
+    return jnp.take_along_axis(log_p, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+
+def plain_categorical_entropy(logits, mask):
+    log_p = jax.nn.log_softmax(nets.masked_logits(logits, mask), axis=-1)
+    return -jnp.sum(jnp.where(nets.effective_mask(mask), jnp.exp(log_p) * log_p, 0.0), axis=-1)
+
+
+PLAIN = {"categorical_sample": plain_categorical_sample, "categorical_log_prob": plain_categorical_log_prob,
+         "categorical_entropy": plain_categorical_entropy}
+
+
 def categorical_ours(key, logits, mask):
+    action = plain_categorical_sample(key, logits, mask)
+    return action, plain_categorical_log_prob(logits, mask, action), plain_categorical_entropy(logits, mask)
+
+
+def categorical_distrax(key, logits, mask):
     action = nets.categorical_sample(key, logits, mask)
     return action, nets.categorical_log_prob(logits, mask, action), nets.categorical_entropy(logits, mask)
 
 
-def categorical_distrax(key, logits, mask):
-    import distrax
-
-    dist = distrax.Categorical(logits=nets.masked_logits(logits, mask))
-    action = dist.sample(seed=key)
-    return action, dist.log_prob(action), dist.entropy()
-
-
 def gaussian_ours(key, mean, log_std):
+    action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+    z = (action - mean) * jnp.exp(-log_std)
+    log_prob = jnp.sum(-0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi), axis=-1)
+    entropy = jnp.broadcast_to(jnp.sum(log_std + 0.5 * (1.0 + jnp.log(2 * jnp.pi))), mean.shape[:-1])
+    return action, log_prob, entropy
+
+
+def gaussian_distrax(key, mean, log_std):
     action = nets.gaussian_sample(key, mean, log_std)
     return action, nets.gaussian_log_prob(mean, log_std, action), nets.gaussian_entropy(mean, log_std)
 
 
-def gaussian_distrax(key, mean, log_std):
-    import distrax
+def training_chunks(rounds: int, chunk: int = 20) -> None:
+    """CartPole 4 x 128 training chunks compiled with the plain and the distrax categorical in one process,
+    timed alternately (each run on a copy of the same state)."""
+    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.envs.registry import make_training_env
+    from hephaestus.ppo import make_train
 
-    dist = distrax.MultivariateNormalDiag(mean, jnp.broadcast_to(jnp.exp(log_std), mean.shape))
-    action = dist.sample(seed=key)
-    return action, dist.log_prob(action), dist.entropy()
+    piped = {name: getattr(nets, name) for name in PLAIN}
+    compiled = {}
+    for label, fns in (("plain", PLAIN), ("distrax", piped)):
+        for name, fn in fns.items():  # looked up when the chunk is traced
+            setattr(nets, name, fn)
+        config, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=128,
+                                                  log_interval=chunk, total_timesteps=10**8))
+        trainer = make_train(config, make_training_env(config.env))
+        compiled[label] = (trainer.compile_chunk(trainer.runner_state, chunk), trainer.runner_state)
+    for name, fn in piped.items():
+        setattr(nets, name, fn)
+    seconds = {label: [] for label in compiled}
+    for _ in range(rounds):
+        for label, (fn, state) in compiled.items():
+            state = jax.tree.map(lambda x: x.copy() if hasattr(x, "copy") else x, state)  # the chunk donates it
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(state, jnp.int32(chunk)))
+            seconds[label].append(time.perf_counter() - t0)
+    steps = chunk * 4 * 128
+    median = {label: statistics.median(s) for label, s in seconds.items()}
+    for label in median:
+        print(f"CartPole 4 x 128 training, {label}: {steps / median[label]:,.0f} env steps/s "
+              f"(median of {rounds} alternating chunks of {chunk} updates)")
+    print(f"distrax / plain throughput = {median['plain'] / median['distrax']:.2f}")
 
 
 def time_pair(fns, args, repeats, rounds):
@@ -73,7 +123,11 @@ def main() -> int:
     p.add_argument("--action-dim", type=int, default=6)
     p.add_argument("--repeats", type=int, default=100)
     p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--training", action="store_true", help="time CartPole 4 x 128 training chunks both ways")
     args = p.parse_args()
+    if args.training:
+        training_chunks(max(args.rounds, 8))
+        return 0
     k_logits, k_mask, k_mean, k_sample = jax.random.split(jax.random.key(0), 4)
     logits = jax.random.normal(k_logits, (args.batch, args.actions))
     mask = jax.random.bernoulli(k_mask, 0.6, (args.batch, args.actions))
@@ -90,8 +144,8 @@ def main() -> int:
     for name, fns, fn_args in cases:
         (ours, theirs), (out_ours, out_theirs) = time_pair(fns, fn_args, args.repeats, args.rounds)
         same = all(bool(jnp.allclose(a, b, atol=1e-4)) for a, b in zip(out_ours, out_theirs))
-        print(f"{name}: ours {ours * 1e6:.1f} us, distrax {theirs * 1e6:.1f} us per sample+log_prob+entropy; "
-              f"distrax / ours = {theirs / ours:.2f}; same results: {same}")
+        print(f"{name}: plain jax {ours * 1e6:.1f} us, distrax {theirs * 1e6:.1f} us per sample+log_prob+entropy; "
+              f"distrax / plain = {theirs / ours:.2f}; same results: {same}")
     return 0
 
 

@@ -306,3 +306,53 @@ def test_second_ctrl_c_exits_at_once():
     assert out.returncode == 130, out.stderr
     assert "first handled" in out.stdout and "SIGINT received" in out.stdout and "not reached" not in out.stdout
     assert "Ctrl-C again to quit at once" in out.stderr and "second Ctrl-C: exiting now" in out.stderr
+
+
+def test_a_signal_during_a_chunk_stops_after_it_and_the_save_is_not_called_final(tmp_path):
+    """Ctrl-C while chunk k runs: chunk k+1, already queued behind it, is the last (no chunk is queued after the
+    signal), and the save at the end names the signal instead of calling itself final."""
+    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.envs.registry import make_training_env
+    from hephaestus.loop import run
+    from hephaestus.ppo import make_train
+
+    config, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, hidden_dim=16,
+                                              num_layers=1, num_minibatches=2, update_epochs=1, log_interval=1,
+                                              total_timesteps=64 * 10))
+    trainer = make_train(config, make_training_env(config.env))
+
+    class SignalAfterFirstChunk:  # the signal arrives while chunk 2 (queued behind chunk 1) runs
+        def needs_state(self, update):
+            return False
+
+        def after_chunk(self, runner_state, record):
+            if record["update"] == 1:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.1)
+            return False
+
+        def at_end(self, runner_state, record):
+            pass
+
+    class FakeCheckpointer:
+        run_dir = str(tmp_path)
+        saved = []
+
+        def save(self, runner, record):
+            return str(tmp_path / str(int(runner.update_step)))
+
+        def complete(self):
+            pass
+
+        def export(self, *args):
+            pass
+
+    said = []
+    stop = hooks.StopSignals(message=said.append).install()
+    try:
+        save = hooks.CheckpointHook(FakeCheckpointer(), every_updates=100, message=said.append, stop=stop)
+        result = run(trainer, hooks=[stop, SignalAfterFirstChunk(), save], message=lambda text: None)
+    finally:
+        stop.uninstall()
+    assert [r["update"] for r in result.records] == [1, 2] and result.stopped_early
+    assert any("(stopped by SIGINT)" in line for line in said) and not any("(final)" in line for line in said)

@@ -123,3 +123,17 @@ def test_debug_nans_stops_at_the_first_nan_in_one_line(tmp_path, capsys):
     # jax names the outermost operation whose output holds the NaN (inside a chunk: its scan over updates)
     assert len(err) == 1 and err[0].startswith("error: --debug-nans: invalid value (nan) encountered in "), err
     assert not jax.config.jax_debug_nans
+
+
+def test_a_rounded_total_is_said_in_one_line(tmp_path, capsys):
+    from train_cli import main
+
+    args = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
+            "--num-layers", "1", "--num-minibatches", "2", "--update-epochs", "1", "--final-eval-episodes", "0",
+            "--checkpoint-dir", str(tmp_path)]
+    assert main(*args, "--total-timesteps", "100", "--run-name", "rounded") == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("total timesteps:")]
+    assert said == ["total timesteps: asked 100, will run 128 (2 updates of 4 envs x 16 steps, rounded up to whole "
+                    "updates)"]
+    assert main(*args, "--total-timesteps", "128", "--run-name", "exact") == 0
+    assert "total timesteps:" not in capsys.readouterr().out  # nothing to say when the number asked runs

@@ -114,8 +114,10 @@ def test_seeds_reduce_iqm_and_logged_keys():
     assert r["mean_episode_return/iqm"] == pytest.approx(5.5)  # middle two of four
     assert iqm([1, 2, 3, 4, 5, 6, 7, 100]) == pytest.approx(4.5)
     logged = loggable(r)
-    assert logged["train/mean_episode_return/std"] == pytest.approx(np.std([4, 5, 6, 100], ddof=1))
-    assert "train/mean_episode_return/iqm" in logged and not any("per_seed" in k for k in logged)
+    assert logged["mean_episode_return/std"] == pytest.approx(np.std([4, 5, 6, 100], ddof=1))
+    assert "mean_episode_return/iqm" in logged and not any("per_seed" in k for k in logged)
+    assert [logged[f"seed{i}/mean_episode_return"] for i in range(4)] == [4.0, 5.0, 6.0, 100.0]
+    assert "seed0/entropy" not in logged  # per seed: the headline, episode and evaluation keys only
 
 
 def test_checkpoint_holds_every_seed_and_resumes_bit_identically(multi, tmp_path, capsys):
@@ -151,7 +153,7 @@ def test_seed_index_picks_that_seeds_parameters(multi, capsys):
         np.testing.assert_array_equal(np.asarray(mine), all_seeds[2])
     one, index = select_seed(params, meta, None)
     assert index == 0 and np.array_equal(jax.tree.leaves(one)[0], jax.tree.leaves(params)[0][0])
-    assert watch_main([str(multi), "--seed-index", "3", "--episodes", "1"], compile_cache=False) == 1
+    assert watch_main([str(multi), "--seed-index", "3", "--episodes", "1"], compile_cache=False) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--seed-index 3 is out of range" in err[0] and "0..2" in err[0]
 

@@ -3,6 +3,7 @@ follows the run name, and a resumed run does not log a step twice. Never touches
 and WANDB_MODE point at temporary directories, and no API key is set."""
 
 import glob
+import json
 import os
 import struct
 
@@ -34,31 +35,6 @@ def offline_home(monkeypatch, tmp_path):
     return home
 
 
-def read_wandb_records(path):
-    """The records of a `.wandb` run file (LevelDB-log framing around wandb's protobuf `Record`s)."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data = open(path, "rb").read()
-    assert data[:4] == b":W&B"
-    pos, block, out, pending = 7, 32768, [], b""
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:
-            pos += left
-            continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        pending += data[pos + 7:pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):  # FULL or LAST
-            record = pb.Record()
-            record.ParseFromString(pending)
-            out.append(record)
-            pending = b""
-        elif kind == 0:
-            pending = b""
-    return out
-
-
 def history(run_dir, timeout=30.0):
     """(history rows as (step, keys), all records); waits for the run's exit record, since the wandb service
     that writes the file may still be flushing when `finish()` returns."""
@@ -68,11 +44,11 @@ def history(run_dir, timeout=30.0):
     assert len(files) == 1, files
     deadline = time.time() + timeout
     while True:
-        records = read_wandb_records(files[0])
+        records = sinks.read_wandb_records(files[0])
         if any(r.WhichOneof("record_type") == "exit" for r in records) or time.time() > deadline:
             break
         time.sleep(0.2)
-    rows = [(r.history.step.num, {i.key or "/".join(i.nested_key) for i in r.history.item})
+    rows = [(r.history.step.num, {i.key or "/".join(i.nested_key): i.value_json for i in r.history.item})
             for r in records if r.WhichOneof("record_type") == "history"]
     return rows, records
 
@@ -82,23 +58,27 @@ def test_offline_without_a_key_logs_the_expected_keys(tmp_path, capsys):
                 "--tensorboard", str(tmp_path / "tb"))
     out = capsys.readouterr().out
     assert code == 0
-    notes = [line for line in out.splitlines() if line.startswith("wandb:") and "offline" in line]
+    notes = [line for line in out.splitlines() if line.startswith("wandb:") and "logging offline" in line]
     assert len(notes) == 1 and "no API key" in notes[0] and "wandb sync" in notes[0]
     runs = glob.glob(str(tmp_path / "wandb_dir" / "wandb" / "offline-run-*"))
     assert len(runs) == 1 and runs[0].endswith(sinks.wandb_run_id("w"))
     rows, records = history(runs[0])
-    assert [step for step, _ in rows] == [2, 4]
+    rows = [(step, keys) for step, keys in rows if "update" in keys]  # the chunks' records (not the final video)
+    assert [json.loads(keys["env_steps"]) for _, keys in rows] == [128, 256]
     keys = rows[-1][1]
-    for key in ("train/mean_episode_return", "train/entropy", "train/approx_kl", "train/total_loss",
-                "train/steps_per_second", "train/learning_rate", "env_steps", "update"):
-        assert key in keys, key
+    # the keys of metrics.jsonl, unchanged: one name per quantity
+    jsonl_keys = set(json.loads((tmp_path / "ck" / "w" / "metrics.jsonl").read_text().splitlines()[-1]))
+    for key in ("mean_episode_return", "entropy", "approx_kl", "total_loss", "steps_per_second", "learning_rate",
+                "env_steps", "update"):
+        assert key in keys and key in jsonl_keys, key
     artifacts = [r.artifact for r in records if r.WhichOneof("record_type") == "artifact"]
-    assert artifacts and all(a.type == "checkpoint" for a in artifacts)
+    assert {a.type for a in artifacts} == {"checkpoint", "model"}  # the checkpoints, the final parameters
     # TensorBoard got the same keys
     events = glob.glob(str(tmp_path / "tb" / "events.out.tfevents.*"))
     assert events
     tags = read_tb_tags(events[0])
-    assert {"train/mean_episode_return", "train/steps_per_second", "env_steps"} <= tags
+    assert {"mean_episode_return", "steps_per_second", "update"} <= tags
+    assert read_tb_steps(events[0]) == {128, 256}  # the global step is env_steps, not the update
 
 
 def read_tb_tags(path):
@@ -112,6 +92,20 @@ def read_tb_tags(path):
         pos += 12 + length + 4
         tags |= {v.tag for v in event.summary.value}
     return tags
+
+
+def read_tb_steps(path):
+    from tensorboardX.proto import event_pb2
+
+    data, pos, steps = open(path, "rb").read(), 0, set()
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        event = event_pb2.Event()
+        event.ParseFromString(data[pos + 12:pos + 12 + length])
+        pos += 12 + length + 4
+        if event.summary.value:
+            steps.add(event.step)
+    return steps
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
@@ -164,7 +158,8 @@ def test_unreachable_server_falls_back_to_offline_at_once(tmp_path, monkeypatch,
     assert "unreachable; logging offline" in capsys.readouterr().out
     runs = glob.glob(str(tmp_path / "wandb_dir" / "wandb" / "offline-run-*"))
     rows, _ = history(runs[0])
-    assert [step for step, _ in rows] == [6]  # steps up to the last one logged before a resume are skipped
+    # records up to the last update logged before a resume are skipped
+    assert [json.loads(keys["env_steps"]) for _, keys in rows] == [6 * 64]
 
 
 def test_action_groups_become_action_fractions():
@@ -187,4 +182,55 @@ def test_action_groups_become_action_fractions():
     left, right = float(metrics["actions/left_frac"][0]), float(metrics["actions/right_frac"][0])
     assert 0 < left < 1 and np.isclose(left + right, 1.0)
     assert sinks.metric_key("actions/left_frac") == "actions/left_frac"
-    assert sinks.metric_key("entropy") == "train/entropy" and sinks.metric_key("reward/kills") == "reward/kills"
+    assert sinks.metric_key("entropy") == "entropy" and sinks.metric_key("reward/kills") == "reward/kills"
+
+
+def test_offline_run_follows_the_dashboard_conventions(tmp_path):
+    """A 2-chunk CartPole run with an evaluation after each chunk: env_steps is every metric's step, each
+    evaluation and the final one log a video under media/, the final evaluation is in the summary, and the config
+    is nested by section without the option families of stages the run does not have."""
+    assert main(*TINY, "--wandb", "--run-name", "v", "--checkpoint-dir", str(tmp_path / "ck"), "--eval-every", "1",
+                "--eval-episodes", "2", "--final-eval-episodes", "4", "--eval-max-steps", "20", "--no-artifact") == 0
+    runs = glob.glob(str(tmp_path / "wandb_dir" / "wandb" / "offline-run-*"))
+    assert len(runs) == 1
+    assert runs[0].endswith("-" + (tmp_path / "ck" / "v" / "wandb_run_id").read_text().strip())  # what --resume reads
+    rows, records = history(runs[0])
+    of = lambda kind: [getattr(r, kind) for r in records if r.WhichOneof("record_type") == kind]
+    metrics = {m.glob_name or m.name: m.step_metric for m in of("metric")}
+    assert metrics.get("*") == "env_steps"
+    videos = [keys for _, keys in rows if any(k.startswith(("eval/video/", "final_eval/video/")) for k in keys)]
+    assert len(videos) == 3 and all("env_steps" in keys for keys in videos)  # 2 periodic + the final one
+    media = glob.glob(os.path.join(runs[0], "files", "media", "videos", "**", "*.mp4"), recursive=True) \
+        + glob.glob(os.path.join(runs[0], "files", "media", "videos", "**", "*.gif"), recursive=True)
+    assert len(media) == 3
+    summary = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for s in of("summary") for i in s.update}
+    final = json.loads((tmp_path / "ck" / "v" / "eval.json").read_text())
+    assert summary["final_eval/return_mean"] == pytest.approx(final["metrics"]["eval/return_mean"])
+    config = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for c in of("config") for i in c.update}
+    config.update({i.key: json.loads(i.value_json) for r in of("run") for i in r.config.update})
+    assert config["ppo"]["num_minibatches"] == 2 and config["env"]["num_envs"] == 4
+    assert "num_envs" not in config and "dtc_seq_len" not in config
+    assert "stages" not in config or not ({"dtc", "dreamer"} & set(config["stages"]))
+
+
+def test_logged_config_keeps_the_stages_in_use():
+    from hephaestus.config import resolve
+
+    ppo, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1"))
+    dtc, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", agent="dtc"))
+    assert "stages" not in sinks.logged_config(ppo)
+    assert set(sinks.logged_config(dtc)["stages"]) == {"dtc"} and "seq_len" in sinks.logged_config(dtc)["stages"]["dtc"]
+
+
+def test_offline_resume_continues_the_same_run_and_its_steps(tmp_path, capsys):
+    run = ["--wandb", "--checkpoint-dir", str(tmp_path / "ck"), "--final-eval-episodes", "0", "--no-artifact"]
+    assert main(*TINY, *run, "--run-name", "r") == 0
+    run_id = (tmp_path / "ck" / "r" / "wandb_run_id").read_text().strip()
+    assert main("--resume", str(tmp_path / "ck" / "r"), "--total-timesteps", "512", *run) == 0
+    assert "wandb sync" in capsys.readouterr().out
+    runs = sorted(glob.glob(str(tmp_path / "wandb_dir" / "wandb" / "offline-run-*")))
+    assert len(runs) == 2 and all(r.endswith("-" + run_id) for r in runs)  # one wandb run, two sessions
+    before, _ = history(runs[0])
+    rows, _ = history(runs[1])
+    assert [json.loads(keys["env_steps"]) for _, keys in rows if "update" in keys] == [384, 512]
+    assert rows[0][0] == max(step for step, _ in before) + 1  # the history goes on where the first session ended

@@ -207,6 +207,8 @@ def test_hackmatrix_terminal_prints_board_and_summary(hackmatrix_runs):
     # the same per-episode statistics evaluate.py and training's eval/ report, from the env's declaration
     assert re.search(r"^eval: 1 episodes: return [+-]\d", stdout, re.M)
     assert "stage_reached>=2" in stdout and "siphons_used" in stdout
+    # the key to the board's cell codes, under every board
+    assert stdout.count("legend: @ you") == stdout.count("5 |") > 0 and "$S data siphon" in stdout
 
 
 def test_mp4_has_every_frame(tmp_path):

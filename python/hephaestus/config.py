@@ -337,6 +337,11 @@ class LoggingConfig:
     """wandb project"""
     wandb_entity: str = field(default="", metadata={"flag": "--entity", "default_text": "yours"})
     """wandb entity"""
+    wandb_group: str = field(default="", metadata={"flag": "--group", "default_text": "none"})
+    """wandb group: runs started separately (seeds, variants) that the dashboard shows together"""
+    eval_video: int = field(default=1, metadata={"metavar": "0|1"})
+    """with wandb on, log one greedy episode as a video at each --eval-every evaluation and at the final one (the
+    frames watch_agent.py renders; not in the training timing); 0 = off"""
     wandb_artifacts: bool = field(default=True, metadata={"flag": "--artifact"})
     """upload each checkpoint to wandb as an artifact (--no-artifact: do not)"""
     tensorboard_dir: str = field(default="", metadata={"flag": "--tensorboard", "default_text": "off", "metavar": "DIR"})

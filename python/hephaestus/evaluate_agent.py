@@ -32,8 +32,9 @@ def build_parser():
 
     p = Parser(prog="evaluate.py", description="Evaluate a saved agent: K complete episodes in parallel, "
                "greedy by default; the statistics training logs under eval/.")
-    p.add_argument("path", nargs="?", help="final_params.npz, params_<n>.npz, a run directory or a checkpoint "
-                   "step directory (found as watch_agent.py finds them)")
+    p.add_argument("path", nargs="?", help="final_params.npz, params_<n>.npz, a run directory, a checkpoint "
+                   "step directory, a shipped agent (checkpoints/pretrained/NAME) or wandb:ENTITY/PROJECT/RUN_ID "
+                   "(found and fetched as watch_agent.py does)")
     p.add_argument("--episodes", type=int, default=1000, help="episodes, in parallel batches of --batch-size "
                    f"(default: 1000, at most {MAX_EPISODES:,})")
     p.add_argument("--max-steps", type=int, default=1000, help="steps per episode at most (default: 1000)")

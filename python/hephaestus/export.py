@@ -170,3 +170,55 @@ def network_from_meta(meta: dict, dtype: str | None = None):
     except ValueError as err:
         raise ExportError(str(err)) from None
     return (dataclasses.replace(spec, dtype=dtype) if dtype else spec).build()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Shipped agents: checkpoints/pretrained/<name>/ (tracked in git) holds `final_params.npz` (one agent's
+# parameters and the metadata that rebuilds its network and names its env, its resolved config included; no
+# optimizer state) and `agent.json` (where it came from and what its final evaluation measured). watch_agent.py and
+# evaluate.py take the folder as they take a run folder.
+
+PRETRAINED_DIR = os.path.join("checkpoints", "pretrained")
+AGENT_JSON = "agent.json"
+
+
+def export_pretrained(source: str, out_dir: str, seed_index: int | None = None) -> str:
+    """Write the shipped-agent folder `out_dir` from a finished (or saving) run: `source` is a run folder (its
+    final_params.npz, else its newest params_<n>.npz), a checkpoint step folder or a parameter file. One agent (row
+    `seed_index` of a --num-seeds file, default 0), float32 parameters, the metadata of the file, and agent.json
+    with the run's final evaluation (eval.json's metrics) where the run has one. Returns the parameter file
+    written. Raises ExportError (one line) for a source that holds no parameters."""
+    from hephaestus.watch import WatchError, resolve_params_path
+
+    try:
+        params_path = resolve_params_path(source)
+    except WatchError as err:
+        raise ExportError(str(err)) from None
+    params, meta = load_params_npz(params_path)
+    params, chosen = select_seed(params, meta, seed_index, params_path)
+    instance = instance_of_meta(meta, chosen)
+    config = dict(meta.get("config") or {})
+    if num_seeds_of(meta) > 1:
+        config["num_seeds"] = 1
+        config["seed"] = int(config.get("seed", 0)) + chosen
+    out = save_params_npz(os.path.join(out_dir, "final_params.npz"), params, env=meta["env"],
+                          network=meta["network"], update=meta.get("update", 0), env_steps=meta.get("env_steps", 0),
+                          config=config, env_instance=instance)
+    info = {"env": meta["env"], "update": meta.get("update", 0), "env_steps": meta.get("env_steps", 0),
+            "run": config.get("run_name"), "params_file": os.path.basename(params_path), "seed_index": chosen}
+    eval_path = os.path.join(os.path.dirname(os.path.abspath(params_path)), "eval.json")
+    if os.path.isfile(eval_path):
+        try:
+            with open(eval_path) as f:
+                evaluation = json.load(f)
+            if evaluation.get("update") == meta.get("update"):  # the evaluation of these parameters
+                metrics = evaluation.get("metrics", {})
+                info["final_evaluation"] = {"episodes": evaluation.get("episodes"), "max_steps": evaluation.get(
+                    "max_steps"), "metrics": metrics if num_seeds_of(meta) == 1 else
+                    {k: v[chosen] if isinstance(v, list) else v for k, v in metrics.items()}}
+        except (OSError, ValueError):
+            pass
+    with open(os.path.join(out_dir, AGENT_JSON), "w") as f:
+        json.dump(info, f, indent=1)
+        f.write("\n")
+    return out

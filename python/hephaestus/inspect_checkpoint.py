@@ -9,6 +9,7 @@ config, every array's shape and dtype, and the last metrics record. A bad path o
 load is one line on stderr and exit code 2 (bad input, as every script).
 """
 
+import os
 import sys
 
 
@@ -37,7 +38,27 @@ def main(argv=None) -> int:
     p = OneLineParser(prog="inspect_checkpoint.py", description=__doc__.split("\n\n")[0])
     p.add_argument("path", help="a run directory, a step directory, or a .npz parameter export")
     p.add_argument("--config", action="store_true", help="print the whole config (default: the main fields)")
+    p.add_argument("--export-pretrained", metavar="DIR",
+                   help="write a shipped-agent folder (e.g. checkpoints/pretrained/NAME): one agent's parameters "
+                        "and the metadata that rebuilds it, no optimizer state, and agent.json with the run's final "
+                        "evaluation; watch_agent.py and evaluate.py take DIR")
+    p.add_argument("--seed-index", type=int, default=None, metavar="I",
+                   help="with --export-pretrained: which agent of a --num-seeds run (default 0)")
     args = p.parse_args(argv)
+
+    if args.export_pretrained:
+        from hephaestus.export import ExportError, export_pretrained
+
+        try:
+            out = export_pretrained(args.path, args.export_pretrained, args.seed_index)
+        except ExportError as err:
+            fail(str(err), code=2)
+        except OSError as err:
+            fail(f"cannot write {args.export_pretrained}: {err.strerror or err}")
+        size = sum(os.path.getsize(os.path.join(args.export_pretrained, n)) for n in os.listdir(args.export_pretrained))
+        print(f"exported {out} ({size / 1024:.0f} KiB in {args.export_pretrained}); watch it with "
+              f"`python scripts/watch_agent.py {args.export_pretrained}`")
+        return 0
 
     import numpy as np
 

@@ -9,6 +9,7 @@ running when the hooks see the record (and `runner_state` is None).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -85,6 +86,38 @@ def evaluate_now(evaluator, runner, seed: int, update: int, message, instance=No
     return {**metrics, "eval_seconds": seconds}
 
 
+def stop_requested(hooks) -> bool:
+    """Whether a hook was asked to stop the run (training_hooks.StopSignals after a signal)."""
+    return any(getattr(h, "stop_requested", False) for h in hooks)
+
+
+def video_sink(sinks, config):
+    """The sink that takes evaluation videos (wandb's), where --eval-video is on; else None."""
+    if not config.logging.eval_video:
+        return None
+    return next((s for s in sinks if hasattr(s, "log_video")), None)
+
+
+def record_video(trainer, runner, sink, update: int, name: str) -> tuple[str | None, float]:
+    """One greedy episode of the runner's parameters (seed 0's in a --num-seeds run) on the evaluation env, written
+    beside the run (`<sink.video_dir>/<name>.mp4`): the frames watch_agent.py renders. Returns (path or None
+    where the env draws no pictures, seconds it took)."""
+    from hephaestus.watch import episode_video
+
+    t0 = time.perf_counter()
+    params, instance = runner.train_state.params, trainer.eval_instance(runner)
+    if trainer.config.run.num_seeds > 1:
+        params = jax.tree.map(lambda x: x[0], params)
+        instance = None if instance is None else jax.tree.map(lambda x: x[0], instance)
+    try:
+        path, _, _ = episode_video(params, trainer.eval_env, trainer.network, os.path.join(sink.video_dir, name),
+                                   seed=trainer.config.run.seed + update,
+                                   max_steps=trainer.config.logging.eval_max_steps, instance=instance)
+    except NotImplementedError:  # an env without an RGB picture
+        path = None
+    return path, time.perf_counter() - t0
+
+
 def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, startup=None) -> LoopResult:
     """`startup`: a watchdog.StartupWatchdog, told when the first compile and the first chunk begin and stopped
     after the first chunk (the first chunk is watched on the CPU only: on an accelerator the host waits idle).
@@ -150,7 +183,9 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
         before, done_updates = done_updates, done_updates + n
         evaluating = evaluator is not None and done_updates // eval_every > before // eval_every
         # The next chunk goes first unless someone reads this chunk's state (donated to the next chunk).
+        # A stop asked for (Ctrl-C) while this chunk ran: queue nothing more, so the run ends after it.
         state_needed = (done_updates >= total_updates or stopping or evaluating or bool(profile)
+                        or stop_requested(hooks)
                         or any(getattr(h, "needs_state", lambda u: True)(done_updates) for h in hooks))
         queued = None if state_needed else dispatch(runner, done_updates)
         wait_ready(metrics)  # in Python, not inside device_get, so a SIGINT/SIGTERM handler runs at once
@@ -184,12 +219,17 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
         avg_sps = (done_updates - start_updates) * steps_per_update / max(run_seconds, 1e-9)
         record["eta_seconds"] = (total_updates - done_updates) * steps_per_update / max(avg_sps, 1e-9)
         record.update(chunk_reduce(metrics) if num_seeds == 1 else seeds_reduce(metrics))
+        video = video_path = None
         if evaluating:
             evaluation = evaluate_now(evaluator, runner, config.run.seed, done_updates, message,
                                       trainer.eval_instance(runner))
             if "per_seed" in evaluation:  # a --num-seeds run: the eval/ keys join the chunk's per-seed lists
                 record["per_seed"].update(evaluation.pop("per_seed"))
             record.update(evaluation)
+            video = video_sink(sinks, config)
+            if video is not None:  # outside the chunk's timing, like the evaluation
+                video_path, record["video_seconds"] = record_video(trainer, runner, video, done_updates,
+                                                                   f"eval_{done_updates}")
         result.records.append(record)
         for sink in list(sinks):
             try:
@@ -198,6 +238,11 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
                 sinks = [s for s in sinks if s is not sink]
                 failed_sink = failed_sink or (f"writing {getattr(sink, 'path', type(sink).__name__)} failed "
                                               f"({err.strerror or err}) after update {done_updates}")
+        if video_path and video in sinks:
+            try:
+                video.log_video(video_path, record["env_steps"])
+            except Exception as err:  # noqa: BLE001 - a video must never cost the run
+                message(f"wandb: could not log the evaluation video ({type(err).__name__}: {err})")
         for warning in health.check(record):
             message(warning)
         stop = failed_sink is not None
@@ -206,7 +251,7 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
         if stop and not stopping:  # a chunk already queued still runs and is logged; nothing after it
             stopping = True
             result.stopped_early = True
-        if queued is None and done_updates < total_updates and not stopping:  # the state was read: go on
+        if queued is None and done_updates < total_updates and not stopping and not stop_requested(hooks):
             t_last = time.perf_counter()
             queued = dispatch(runner, done_updates)
 

@@ -467,18 +467,25 @@ def fully_masked_rows(mask):
     return jnp.sum(~jnp.any(mask, axis=-1))
 
 
+def masked_categorical(logits, mask):
+    """The policy's distribution over discrete actions: distrax's categorical of the masked logits. distrax is
+    imported here, when a program is traced (its import, with TensorFlow Probability's jax substrate, takes
+    seconds; a start that reads its programs back from the store never traces them)."""
+    import distrax
+
+    return distrax.Categorical(logits=masked_logits(logits, mask))
+
+
 def categorical_sample(key, logits, mask):
-    return jax.random.categorical(key, masked_logits(logits, mask), axis=-1)
+    return masked_categorical(logits, mask).sample(seed=key).astype(jnp.int32)
 
 
 def categorical_log_prob(logits, mask, action):
-    log_p = jax.nn.log_softmax(masked_logits(logits, mask), axis=-1)
-    return jnp.take_along_axis(log_p, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    return masked_categorical(logits, mask).log_prob(action.astype(jnp.int32))
 
 
 def categorical_entropy(logits, mask):
-    log_p = jax.nn.log_softmax(masked_logits(logits, mask), axis=-1)
-    return -jnp.sum(jnp.where(effective_mask(mask), jnp.exp(log_p) * log_p, 0.0), axis=-1)
+    return masked_categorical(logits, mask).entropy()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -486,14 +493,21 @@ def categorical_entropy(logits, mask):
 # action bounds (clipping, not tanh-squashing, keeps log-probabilities exact and is what PPO uses).
 
 
+def diagonal_gaussian(mean, log_std):
+    """The policy's distribution over continuous actions: distrax's Gaussian with a diagonal covariance, the
+    state-independent `log_std` broadcast over the batch (imported when traced, as `masked_categorical`)."""
+    import distrax
+
+    return distrax.MultivariateNormalDiag(mean, jnp.broadcast_to(jnp.exp(log_std), mean.shape))
+
+
 def gaussian_sample(key, mean, log_std):
-    return mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+    return diagonal_gaussian(mean, log_std).sample(seed=key)
 
 
 def gaussian_log_prob(mean, log_std, action):
-    z = (action - mean) * jnp.exp(-log_std)
-    return jnp.sum(-0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi), axis=-1)
+    return diagonal_gaussian(mean, log_std).log_prob(action)
 
 
 def gaussian_entropy(mean, log_std):
-    return jnp.broadcast_to(jnp.sum(log_std + 0.5 * (1.0 + jnp.log(2 * jnp.pi))), mean.shape[:-1])
+    return diagonal_gaussian(mean, log_std).entropy()

@@ -143,7 +143,8 @@ def rollout_apply(ctx: PPOContext, key, train_state, batch, rs: RolloutState):
         ep_return, ep_length = rs.episode_return + step.reward, rs.episode_length + 1
         ep_stats = episode_stats.accumulate(ctx.stats, rs.episode_stats, step.info.get("episode_stats", {}), jnp)
         sums = rollout_metrics.add_step(sums, ctx.stats, ctx.action_groups, done, ep_return, ep_length, ep_stats,
-                                        step.info.get("reward_terms", {}), rs.action_mask, action)
+                                        step.info.get("reward_terms", {}), rs.action_mask, action,
+                                        step.info.get("curriculum_start"))
         transition = {"obs": stored_obs, "action_mask": rs.action_mask, "action": action, "log_prob": log_prob,
                       "value": value, "reward": step.reward, "terminated": step.terminated,
                       "truncated": step.truncated, "bootstrap_value": bootstrap}

@@ -2,8 +2,11 @@
 carry, and after the scan the sums become the update's metrics.
 
 * episodes that ended on the step: their return and length (-> mean_episode_return, mean_episode_length,
-  num_episodes) and the env's declared per-episode statistics (episode_stats.py -> `episode/<key>`, sums over
-  the episodes, or maxes for `*_max` keys; sinks.chunk_reduce divides the sums by the chunk's num_episodes);
+  num_episodes, over every episode) and the env's declared per-episode statistics (episode_stats.py ->
+  `episode/<key>`, sums over the episodes, or maxes for `*_max` keys; sinks.chunk_reduce divides the sums by the
+  chunk's fresh episodes). An env whose step reports `info["curriculum_start"]` (HackMatrix's training
+  curriculum: a game begun on a later stage) has those episodes' statistics summed apart, under `curriculum/<key>`
+  with their count `num_curriculum_episodes`, so `episode/` describes games begun as the rules begin them;
 * the env's reward terms (`info["reward_terms"]` -> `reward/<term>`, mean per env step);
 * the fractions of actions in each named range (EnvSpec.action_groups -> `actions/<name>_frac`);
 * fully masked rows met (`fully_masked_rows`).
@@ -19,27 +22,35 @@ from hephaestus import networks as nets
 
 
 def zero_sums(stats, reward_terms, action_groups) -> dict:
-    keys = (["return", "length", "episodes", "masked"] + [f"reward/{k}" for k in reward_terms]
-            + [f"episode/{k}" for k in episode_stats.report_keys(stats)]
+    keys = (["return", "length", "episodes", "curriculum_episodes", "masked"] + [f"reward/{k}" for k in reward_terms]
+            + [f"{prefix}{k}" for prefix in ("episode/", "curriculum/") for k in episode_stats.report_keys(stats)]
             + [f"actions/{g}_frac" for g, _, _ in action_groups])
     return dict.fromkeys(keys, jnp.float32(0))
 
 
 def add_step(sums: dict, stats, action_groups, done, ep_return, ep_length, ep_stats, reward_terms: dict,
-             action_mask, action) -> dict:
+             action_mask, action, curriculum_start=None) -> dict:
     """`sums` after one step of all envs: `done` [N] marks the envs whose episode ended, with its return, length
-    and running statistics (`ep_*`, the values including this step)."""
+    and running statistics (`ep_*`, the values including this step); `curriculum_start` [N] (or None) the ended
+    episodes that began as a curriculum's late start, whose statistics go to `curriculum/` instead of `episode/`."""
     where_done = lambda v: jnp.where(done, v, 0.0)
+    late = jnp.zeros_like(done) if curriculum_start is None else jnp.logical_and(done, curriculum_start)
+    fresh = jnp.logical_and(done, jnp.logical_not(late))
     ended = episode_stats.report_values(stats, ep_stats, jnp)  # per env, counted where done
+
+    def add(key, v, where):
+        v = jnp.where(where, v, 0.0)
+        return jnp.maximum(sums[key], jnp.max(v)) if episode_stats.is_max_key(key) else sums[key] + jnp.sum(v)
+
     return {
         "return": sums["return"] + jnp.sum(where_done(ep_return)),
         "length": sums["length"] + jnp.sum(where_done(ep_length)),
         "episodes": sums["episodes"] + jnp.sum(done).astype(jnp.float32),
+        "curriculum_episodes": sums["curriculum_episodes"] + jnp.sum(late).astype(jnp.float32),
         "masked": sums["masked"] + nets.fully_masked_rows(action_mask).astype(jnp.float32),
         **{f"reward/{k}": sums[f"reward/{k}"] + jnp.sum(v) for k, v in reward_terms.items()},
-        **{f"episode/{k}": (jnp.maximum(sums[f"episode/{k}"], jnp.max(where_done(v)))
-                            if episode_stats.is_max_key(k) else sums[f"episode/{k}"] + jnp.sum(where_done(v)))
-           for k, v in ended.items()},
+        **{f"episode/{k}": add(f"episode/{k}", v, fresh) for k, v in ended.items()},
+        **{f"curriculum/{k}": add(f"curriculum/{k}", v, late) for k, v in ended.items()},
         **{f"actions/{g}_frac": sums[f"actions/{g}_frac"] + jnp.sum((action >= lo) & (action < hi)).astype(jnp.float32)
            for g, lo, hi in action_groups},
     }
@@ -52,9 +63,9 @@ def to_metrics(sums: dict, last_mean_return, last_mean_length, num_env_steps: in
     mean_return = jnp.where(episodes > 0, sums["return"] / jnp.maximum(episodes, 1), last_mean_return)
     mean_length = jnp.where(episodes > 0, sums["length"] / jnp.maximum(episodes, 1), last_mean_length)
     return {"mean_episode_return": mean_return, "mean_episode_length": mean_length, "num_episodes": episodes,
-            "fully_masked_rows": sums["masked"],
+            "num_curriculum_episodes": sums["curriculum_episodes"], "fully_masked_rows": sums["masked"],
             **{k: v / jnp.float32(num_env_steps) for k, v in sums.items() if k.startswith(("reward/", "actions/"))},
-            **{k: v for k, v in sums.items() if k.startswith("episode/")}}
+            **{k: v for k, v in sums.items() if k.startswith(("episode/", "curriculum/"))}}
 
 
 def reward_terms(v_reset, v_step, spec, num_envs: int) -> tuple[str, ...]:

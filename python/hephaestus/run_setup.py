@@ -159,7 +159,7 @@ def prepare_run(config, trainer, run_dir: str, resume: Checkpoint | None = None,
                 message(f"wandb: could not start ({one_line(err)}); continuing without wandb")
         if config.logging.tensorboard_dir:
             try:
-                sinks.append(TensorBoardSink(config.logging.tensorboard_dir, purge_step=start + 1 if resume else None))
+                sinks.append(TensorBoardSink(config.logging.tensorboard_dir, purge_step=start * config.batch_size + 1 if resume else None))
             except (OSError, ImportError) as err:
                 for sink in sinks:
                     sink.close()
@@ -178,7 +178,7 @@ def prepare_run(config, trainer, run_dir: str, resume: Checkpoint | None = None,
     hook = CheckpointHook(checkpointer, every_updates=config.run.save_interval,
                           every_minutes=config.run.save_interval_minutes, message=message,
                           on_saved=wandb_sink.log_checkpoint if wandb_sink is not None else None,
-                          final_export=main_process, start_update=start)
+                          final_export=main_process, start_update=start, stop=stop)
     return RunSession(hooks=[stop, NanGuard(), hook], sinks=sinks, stop=stop, checkpoint_hook=hook,
                       run_dir=run_dir, resumed_from=resume)
 

@@ -45,8 +45,57 @@ def _params_in_dir(directory: str) -> str | None:
     return None
 
 
+WANDB_PREFIX = "wandb:"
+
+
+def parse_wandb_path(path: str) -> tuple[str, str]:
+    """`wandb:ENTITY/PROJECT/RUN_ID` -> (the run's final-parameters artifact `ENTITY/PROJECT/RUN_ID-params:latest`,
+    a folder name for its download); `wandb:ENTITY/PROJECT/NAME:ALIAS` -> that artifact. LoadError (one line)
+    for anything else."""
+    spec = path[len(WANDB_PREFIX):].strip("/")
+    parts = spec.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise LoadError(f"{path}: a wandb path is wandb:ENTITY/PROJECT/RUN_ID or wandb:ENTITY/PROJECT/ARTIFACT:ALIAS")
+    entity, project, last = parts
+    artifact = last if ":" in last else f"{last}-params:latest"
+    name, _, alias = artifact.partition(":")
+    if not name or not alias:
+        raise LoadError(f"{path}: an artifact needs a name and an alias or version (NAME:latest, NAME:v3)")
+    folder = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{entity}-{project}-{name}-{alias}")
+    return f"{entity}/{project}/{artifact}", folder
+
+
+def fetch_wandb_params(path: str, cache_dir: str | None = None) -> str:
+    """Download the parameters a wandb path names (`parse_wandb_path`: a training run logs its final_params.npz
+    as the `model` artifact `<run id>-params`) into `cache_dir` (default ~/.cache/hephaestus/wandb) and return
+    the folder. Only called for a `wandb:` path: nothing else reaches the network. LoadError (one line) without
+    wandb, without a reachable server or key, or for an artifact that does not exist."""
+    artifact, folder = parse_wandb_path(path)
+    try:
+        import wandb
+    except ImportError:
+        raise LoadError(f"{path}: fetching from wandb needs the wandb package (pip install wandb)") from None
+    from hephaestus.sinks import wandb_api_key_configured, wandb_online_problem
+
+    if not wandb_api_key_configured():
+        raise LoadError(f"{path}: no wandb API key (set WANDB_API_KEY or run `wandb login`)")
+    problem = wandb_online_problem()
+    if problem:
+        raise LoadError(f"{path}: the wandb server ({os.environ.get('WANDB_BASE_URL', 'api.wandb.ai')}) {problem}")
+    target = os.path.join(cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "hephaestus", "wandb"), folder)
+    try:
+        wandb.Api(timeout=30).artifact(artifact).download(root=target)
+    except Exception as err:  # noqa: BLE001 - wandb's errors (not found, permission, network): one line
+        why = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise LoadError(f"{path}: cannot fetch the artifact {artifact} ({why})") from None
+    return target
+
+
 def resolve_params_path(path: str | None, latest: bool = False, checkpoints_dir: str = "checkpoints") -> str:
-    """One parameter file from what the user gave (see `scripts/watch_agent.py --help`)."""
+    """One parameter file from what the user gave (see `scripts/watch_agent.py --help`); a `wandb:` path is
+    fetched first (`fetch_wandb_params`)."""
+    if path and path.startswith(WANDB_PREFIX):
+        path = fetch_wandb_params(path)
     if latest:
         if not os.path.isdir(checkpoints_dir):
             raise LoadError(f"--latest: no {checkpoints_dir}/ directory here")

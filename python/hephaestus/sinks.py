@@ -21,22 +21,28 @@ from collections import deque
 import numpy as np
 
 # How a per-update metric becomes one number per chunk.
-SUMMED = ("num_episodes", "fully_masked_rows")
+SUMMED = ("num_episodes", "num_curriculum_episodes", "fully_masked_rows")
 
 
 def chunk_reduce(metrics: dict) -> dict:
-    """One number per metric for a chunk. `episode/<key>` metrics arrive as per-update sums over the episodes
-    that ended (maxes for `*_max` keys): they become means over all the chunk's episodes (the max), and are left
-    out of a chunk in which no episode ended."""
+    """One number per metric for a chunk. `episode/<key>` metrics arrive as per-update sums over the fresh
+    episodes that ended (maxes for `*_max` keys), `curriculum/<key>` over those begun as a curriculum's late start
+    (`num_curriculum_episodes` of them): each becomes a mean over the chunk's episodes of its kind (the max), and
+    is left out of a chunk in which no episode of its kind ended (`num_curriculum_episodes` too, where none did)."""
     from hephaestus.episode_stats import is_max_key
 
     out = {}
     episodes = float(np.sum(metrics["num_episodes"])) if "num_episodes" in metrics else 0.0
+    late = float(np.sum(metrics["num_curriculum_episodes"])) if "num_curriculum_episodes" in metrics else 0.0
+    counts = {"episode/": episodes - late, "curriculum/": late}
     for key, values in metrics.items():
         values = np.asarray(values, dtype=np.float64)
-        if key.startswith("episode/"):
-            if episodes > 0:
-                out[key] = float(values.max()) if is_max_key(key) else float(values.sum() / episodes)
+        prefix = next((p for p in counts if key.startswith(p)), None)
+        if prefix is not None:
+            if counts[prefix] > 0:
+                out[key] = float(values.max()) if is_max_key(key) else float(values.sum() / counts[prefix])
+        elif key == "num_curriculum_episodes" and late == 0:
+            continue
         elif key in SUMMED:
             out[key] = float(values.sum())
         elif key in ("mean_episode_return", "mean_episode_length"):
@@ -72,14 +78,14 @@ def combine_seeds(per_seed: list[dict]) -> dict:
     """One record from one record per seed: each key the mean over seeds, headline, `eval/` and `episode/` keys
     also `<key>/std` and `<key>/iqm`, and `per_seed` mapping every key to the per-seed values."""
     out = {}
-    keys = list(dict.fromkeys(k for r in per_seed for k in r))  # episode/ keys are absent where no episode ended
+    keys = list(dict.fromkeys(k for r in per_seed for k in r))  # episode/ keys: absent where no episode ended
     per_seed = [{k: r.get(k, float("nan")) for k in keys} for r in per_seed]
     for key in keys:
         values = np.array([r[key] for r in per_seed])
-        if key.startswith("episode/"):
+        if key.startswith(("episode/", "curriculum/")):
             values = values[np.isfinite(values)]
         out[key] = float(values.mean())
-        if key in HEADLINE or key.startswith(("eval/", "episode/")):
+        if key in HEADLINE or key.startswith(("eval/", "episode/", "curriculum/")):
             out[f"{key}/std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
             out[f"{key}/iqm"] = iqm(values)
     out["per_seed"] = {key: [r[key] for r in per_seed] for key in per_seed[0]}
@@ -132,7 +138,7 @@ class ConsoleSink:
                 f"len {spread(r, 'mean_episode_length', 1)} | ent {r['entropy']:.3f}")
         if "approx_kl" in r:  # PPO's (the dreamer has no ratio to clip)
             line += f" kl {r['approx_kl']:.4f} clip {r['clip_frac']:.3f}"
-        for prefix in ("episode/", "eval/"):
+        for prefix in ("episode/", "curriculum/", "eval/"):
             shown = [f"{k} {r[prefix + k]:.2f}" for k in self.headline if prefix + k in r]
             if prefix == "eval/" and "eval/return_mean" in r:
                 shown.insert(0, f"return {r['eval/return_mean']:.2f} len {r['eval/length_mean']:.0f}")
@@ -215,29 +221,66 @@ class HealthMonitor:
 
 # ------------------------------------------------------------------------------------------------------------
 # wandb and TensorBoard. Both log from the record the loop hands them, so nothing runs inside the compiled
-# program. Keys: pipeline metrics under `train/`, keys that already have a namespace (`reward/<term>`,
-# `actions/<group>_frac`, `episode/<stat>`, `eval/<stat>`) as they are, `env_steps` and `update` at the top level.
+# program. One name per quantity: a metric has the same key in metrics.jsonl, wandb and TensorBoard
+# (`mean_episode_return`, `entropy`, `episode/stage_reached>=2`, `eval/return_mean`; TensorBoard writes `>=` as
+# `_ge`, which its tags cannot hold). The x axis is `env_steps` (one agent's experience: a 64-env and a 2048-env
+# run compare at the same step), in wandb through define_metric, in TensorBoard as the global step.
 
 BOOKKEEPING = ("update", "env_steps", "total_env_steps", "eta_seconds")
+STEP_METRIC = "env_steps"
 
 
 def metric_key(key: str) -> str | None:
-    if key in ("update", "env_steps"):
-        return key
+    """The key a record's entry is logged under (the record's own), or None for bookkeeping nobody plots."""
     if key in ("total_env_steps", "eta_seconds"):
         return None
-    for suffix in SPREAD_SUFFIXES:  # multi-seed spread: train/mean_episode_return/std, eval/return/iqm
-        if key.endswith(suffix):
-            return metric_key(key[:-len(suffix)]) + suffix
-    return key if "/" in key else f"train/{key}"
+    return key
+
+
+def per_seed_key(key: str) -> bool:
+    """Whether a --num-seeds record's per-seed values of `key` are logged too (`seed<i>/<key>`)."""
+    return key in HEADLINE or key.startswith(("eval/", "episode/", "curriculum/"))
 
 
 def loggable(record: dict) -> dict:
+    """The record's numbers by their logged key; in a --num-seeds record also `seed<i>/<key>` for the headline,
+    episode and evaluation keys, so each seed's curve can be drawn beside the mean."""
     out = {}
     for key, value in record.items():
         name = metric_key(key)
         if name is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
             out[name] = value
+    for key, values in (record.get("per_seed") or {}).items():
+        if per_seed_key(key):
+            for i, value in enumerate(values):
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    out[f"seed{i}/{key}"] = value
+    return out
+
+
+# Extra stage -> the option families (stages.<family>) it reads. A run logs only the families of its stages.
+STAGE_FAMILIES = {"world_model": ("dtc",), "intrinsic_reward": ("dtc",), "dreamer": ("dtc", "dreamer"),
+                  "rnd": ("rnd",), "count_bonus": ("count",), "episodic_novelty": ("episodic",),
+                  "intrinsic_critic": ("intrinsic_critic",), "reward_bonus": ("reward_bonus",)}
+
+
+def logged_config(config) -> dict:
+    """The run's config nested by section (`env`, `ppo`, `network`, `run`, `logging`, `agent`, `extra_stages`,
+    `stages.<family>`), with only the option families of the stages the run has: a PPO run logs no dtc or dreamer
+    options."""
+    from hephaestus.config import options
+
+    used = {family for stage in config.extra_stages for family in STAGE_FAMILIES.get(stage, (stage,))}
+    out: dict = {}
+    for option in options().values():
+        path = option.path
+        if path[0] == "stages" and path[1] not in used:
+            continue
+        value = option.get(config)
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = list(value) if isinstance(value, tuple) else value
     return out
 
 
@@ -336,10 +379,83 @@ def _quiet_wandb_telemetry() -> None:
         pass
 
 
+WANDB_ID_FILE = "wandb_run_id"
+
+
+def stored_wandb_run_id(run_dir: str, run_name: str) -> str:
+    """The wandb run id of a run folder: the one stored in `<run_dir>/wandb_run_id` (so a resumed run continues its
+    wandb run, whatever its name), else a new one from the run name, stored there."""
+    path = os.path.join(run_dir, WANDB_ID_FILE)
+    try:
+        with open(path) as f:
+            stored = f.read().strip()
+        if stored:
+            return stored
+    except OSError:
+        pass
+    run_id = wandb_run_id(run_name)
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(run_id + "\n")
+    except OSError:
+        pass  # a read-only folder: the id from the name still resumes the same wandb run
+    return run_id
+
+
+def read_wandb_records(path: str) -> list:
+    """The records of a `.wandb` run file (LevelDB-log framing around wandb's protobuf `Record`s): what an
+    offline run wrote, read back without the network."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b":W&B":
+        return []
+    pos, block, out, pending = 7, 32768, [], b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        pending += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST
+            record = pb.Record()
+            try:
+                record.ParseFromString(pending)
+            except Exception:  # noqa: BLE001 - a file cut short by a kill: what came before it counts
+                break
+            out.append(record)
+            pending = b""
+        elif kind == 0:
+            pending = b""
+    return out
+
+
+def offline_steps_logged(wandb_dir: str, run_id: str) -> int:
+    """How many history steps earlier offline sessions of wandb run `run_id` logged (the next step to use), so a
+    resumed offline run continues their step count and `wandb sync` of its directories, in order, uploads one
+    run whose history only grows."""
+    import glob
+
+    steps = -1
+    for run_file in glob.glob(os.path.join(wandb_dir, "wandb", f"offline-run-*-{run_id}", f"run-{run_id}.wandb")):
+        for record in read_wandb_records(run_file):
+            if record.WhichOneof("record_type") == "history":
+                steps = max(steps, record.history.step.num)
+    return steps + 1
+
+
 class WandbSink:
-    """Logs each record with `step=update`. The run id derives from the run name and `resume="allow"`, so a
-    resumed run continues the same wandb run; steps up to `skip_until` (already logged before the
-    interruption) are not logged again."""
+    """Logs each record against `env_steps` (define_metric). The run id is stored in the run folder and
+    `resume="allow"`, so a resumed run continues the same wandb run; records up to update `skip_until` (already
+    logged before the interruption) are not logged again. Evaluation videos (`log_video`), the final evaluation
+    in the run's summary (`summarize`) and the final parameters as an artifact (`log_final_params`) come from
+    train.py and the loop."""
 
     def __init__(self, config, run_dir: str, mode: str = "offline", skip_until: int = 0,
                  message=print, artifacts: bool = True):
@@ -348,7 +464,8 @@ class WandbSink:
         self.wandb = wandb
         self.skip_until = skip_until
         self.artifacts = artifacts
-        self.run_id = wandb_run_id(config.run.run_name)
+        self.message = message
+        self.run_id = stored_wandb_run_id(run_dir, config.run.run_name)
         directory = os.environ.get("WANDB_DIR") or run_dir
         os.makedirs(directory, exist_ok=True)
         problem = wandb_online_problem() if mode == "online" else None
@@ -360,8 +477,11 @@ class WandbSink:
         elif mode == "offline" and not wandb_api_key_configured() and config.logging.wandb:
             message(f"wandb: no API key configured; logging offline (upload later with "
                     f"`wandb sync {directory}/wandb/offline-run-*`)")
-        kwargs = dict(project=config.logging.wandb_project, entity=config.logging.wandb_entity or None, name=config.run.run_name,
-                      id=self.run_id, resume="allow", config=config.to_dict(), dir=directory)
+        first_step = offline_steps_logged(directory, self.run_id) if mode == "offline" else 0
+        tags = [config.env.name, config.agent] + ([f"{config.run.num_seeds}-seeds"] if config.run.num_seeds > 1 else [])
+        kwargs = dict(project=config.logging.wandb_project, entity=config.logging.wandb_entity or None,
+                      name=config.run.run_name, id=self.run_id, resume="allow", config=logged_config(config),
+                      dir=directory, group=config.logging.wandb_group or None, tags=tags)
         # silent: wandb's own banners and progress lines would interleave with the console sink; this sink
         # prints the lines that matter. console="off": no stdout wrapping (signals, subprocess pipes).
         settings = dict(init_timeout=30, console="off", silent=True, x_disable_stats=True, save_code=False,
@@ -374,16 +494,42 @@ class WandbSink:
             message(f"wandb: could not start an online run ({type(err).__name__}); logging offline instead")
             mode = "offline"
             self.run = wandb.init(mode="offline", settings=wandb.Settings(**settings), **kwargs)
+        self.run.define_metric(STEP_METRIC)
+        self.run.define_metric("*", step_metric=STEP_METRIC)
+        # wandb's own step (the history row), explicit: an online resume continues the server's count
+        # (run.step), an offline one the count of the earlier offline sessions of this run.
+        self.step = max(int(getattr(self.run, "step", 0) or 0), first_step if mode == "offline" else 0)
+        if first_step and mode == "offline":
+            message(f"wandb: offline run {self.run_id} continues at step {first_step}; upload its sessions in order "
+                    f"with `wandb sync {directory}/wandb/offline-run-*-{self.run_id}`")
         self.mode = mode
         self.directory = directory
+        self.video_dir = os.path.join(run_dir, "videos")  # the evaluation videos, kept beside the run
+        os.makedirs(self.video_dir, exist_ok=True)
         if mode == "online" and getattr(self.run, "url", None):
             message(f"wandb: {self.run.url}")
 
     def write(self, record: dict) -> None:
-        step = int(record.get("update", 0))
-        if step <= self.skip_until:
+        if int(record.get("update", 0)) <= self.skip_until:
             return
-        self.run.log(loggable(record), step=step)
+        self._log(loggable(record))
+
+    def _log(self, data: dict) -> None:
+        self.run.log(data, step=self.step)
+        self.step += 1
+
+    def log_video(self, path: str, env_steps: int, key: str = "eval/video", caption: str = "") -> None:
+        """An evaluation episode's video file (.mp4 or .gif) at `env_steps`."""
+        fmt = os.path.splitext(path)[1].lstrip(".")
+        self._log({key: self.wandb.Video(path, format=fmt, caption=caption or None), STEP_METRIC: env_steps})
+
+    def summarize(self, metrics: dict) -> None:
+        """The final evaluation in the run's summary: `eval/<stat>` as `final_eval/<stat>` (and
+        `eval_sampled/` as `final_eval_sampled/`), beside the last value of every logged metric."""
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and "/" in key:
+                prefix, rest = key.split("/", 1)
+                self.run.summary[f"final_{prefix}/{rest}"] = value
 
     def log_checkpoint(self, path: str, update: int) -> None:
         """Upload a finished checkpoint directory (and its params_<update>.npz) as an artifact."""
@@ -396,6 +542,15 @@ class WandbSink:
             art.add_file(npz)
         self.run.log_artifact(art, aliases=["latest", f"update-{update}"])
 
+    def log_final_params(self, npz_path: str, update: int) -> None:
+        """The final parameters (final_params.npz: what watch_agent.py and evaluate.py load) as a `model`
+        artifact `<run id>-params`, which `watch_agent.py wandb:ENTITY/PROJECT/<run id>` fetches."""
+        if not self.artifacts or not os.path.exists(npz_path):
+            return
+        art = self.wandb.Artifact(f"{self.run_id}-params", type="model", metadata={"update": update})
+        art.add_file(npz_path, name="final_params.npz")
+        self.run.log_artifact(art, aliases=["latest", f"update-{update}"])
+
     def close(self) -> None:
         if self.run is not None:
             self.run.finish()
@@ -403,8 +558,8 @@ class WandbSink:
 
 
 class TensorBoardSink:
-    """Event files for TensorBoard (tensorboardX, no torch). A resumed run purges the events past the update
-    it resumed from, so the curves show each update once."""
+    """Event files for TensorBoard (tensorboardX, no torch), the global step `env_steps`. A resumed run purges
+    the events past the env step it resumed from (`purge_step`), so the curves show each step once."""
 
     def __init__(self, logdir: str, purge_step: int | None = None):
         from tensorboardX import SummaryWriter
@@ -412,9 +567,9 @@ class TensorBoardSink:
         self.writer = SummaryWriter(logdir=logdir, purge_step=purge_step, flush_secs=30)
 
     def write(self, record: dict) -> None:
-        step = int(record.get("update", 0))
+        step = int(record.get(STEP_METRIC, 0))
         for key, value in loggable(record).items():
-            if key != "update":  # TensorBoard tags allow [-/\w.]: `stage_reached>=2` -> `stage_reached_ge2`
+            if key != STEP_METRIC:  # TensorBoard tags allow [-/\w.]: `stage_reached>=2` -> `stage_reached_ge2`
                 self.writer.add_scalar(key.replace(">=", "_ge"), value, global_step=step)
         self.writer.flush()
 

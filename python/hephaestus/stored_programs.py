@@ -51,9 +51,9 @@ KEEP = 64  # stored files of each kind kept per cache directory, newest first (~
 # anything else is a miss.
 RUN_ONLY = ("seed", "run_name", "checkpoint_dir", "resume", "keep_checkpoints", "save_interval_minutes",
             "save_interval", "keep_optimizer", "startup_timeout", "wandb", "wandb_project", "wandb_entity",
-            "wandb_artifacts", "tensorboard_dir", "profile_dir", "final_eval_episodes", "total_timesteps")
+            "wandb_artifacts", "wandb_group", "eval_video", "tensorboard_dir", "profile_dir", "final_eval_episodes", "total_timesteps")
 # Libraries whose code can end up inside the chunk (the envs' step functions, the network, the optimizer).
-LIBRARIES = ("jax", "jaxlib", "flax", "optax", "gymnax", "jumanji", "craftax", "chex")
+LIBRARIES = ("jax", "jaxlib", "flax", "optax", "gymnax", "jumanji", "craftax", "chex", "distrax", "tfp-nightly")
 # jax settings that change what a trace produces without changing any input's shape or dtype, so the shape check of
 # a stored program cannot catch them: JAX_DEFAULT_PRNG_IMPL=rbg and =unsafe_rbg both use [4] uint32 keys and split
 # them differently. jit keys its own caches on these (jax's trace context, added below where jax exposes it); the

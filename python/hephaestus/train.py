@@ -109,6 +109,10 @@ def _train(config, note, resume, run_dir, main_process, watchdog, outcome=None) 
         print(note)
     print(f"run {config.run.run_name}: {config.env.name}, {config.env.num_envs} envs x {config.env.num_steps} steps, "
           f"{config.num_updates} updates, {update_summary(config)}, compile cache {cache}")
+    will_run = config.num_updates * config.batch_size
+    if will_run != config.env.total_timesteps:  # whole updates only: say what runs instead of the number asked
+        print(f"total timesteps: asked {config.env.total_timesteps:,}, will run {will_run:,} ({config.num_updates} "
+              f"updates of {config.env.num_envs:,} envs x {config.env.num_steps} steps, rounded up to whole updates)")
     if config.env.env_params:  # a reward other than the game's, say so: evaluations play the game's
         print(f"training env params: {','.join(config.env.env_params)} (evaluations play the env's defaults)")
     t_setup = time.perf_counter()
@@ -149,11 +153,13 @@ def _train(config, note, resume, run_dir, main_process, watchdog, outcome=None) 
     import jax
 
     debug_nans = jax.config.jax_debug_nans
+    finished = False  # the loop returned: the sinks stay open for the final evaluation's summary and video
     try:
         print(distributed.describe(trainer.mesh, config.env.num_envs))
         if config.logging.debug_nans:
             jax.config.update("jax_debug_nans", True)  # restored below: main() may run in a caller's process
         result = run(trainer, sinks, hooks=session.hooks, message=print, startup=watchdog)
+        finished = True
     except TrainingError as err:
         fail(str(err), code=1)
     except FloatingPointError as err:  # --debug-nans found the first operation that made a NaN
@@ -168,23 +174,57 @@ def _train(config, note, resume, run_dir, main_process, watchdog, outcome=None) 
     finally:
         jax.config.update("jax_debug_nans", debug_nans)
         session.close()  # waits for an async save in flight
-        for sink in sinks:
-            try:
-                sink.close()
-            except OSError:  # the sink's own write error (disk full) was already reported
-                pass
-    if session.stop.signum is not None:
-        print(session.stop_message(result))
-        return session.stop.exit_code
-    if main_process:  # the end of a run (not a stop by signal): K episodes with the final parameters -> eval.json
-        final_evaluation(trainer, result.runner_state, run_dir, message=print)
-    if outcome is not None:
-        outcome.update(run_dir=os.path.abspath(run_dir), config=config, records=result.records)
+        if not finished:
+            close_sinks(sinks)
+    try:
+        if session.stop.signum is not None:
+            print(session.stop_message(result))
+            return session.stop.exit_code
+        if main_process:  # the end of a run (not a stop by signal): K episodes with the final parameters -> eval.json
+            final = final_evaluation(trainer, result.runner_state, run_dir, message=print)
+            finish_wandb(trainer, result, sinks, final, run_dir, print)
+        if outcome is not None:
+            outcome.update(run_dir=os.path.abspath(run_dir), config=config, records=result.records)
+    finally:
+        close_sinks(sinks)
     last = result.records[-1] if result.records else {}
     print(f"done: {last.get('env_steps', 0):,} env steps in {time.perf_counter() - t0:.1f}s "
           f"(compile {result.compile_seconds:.1f}s); final mean return {last.get('mean_episode_return', float('nan')):.2f}; "
           f"metrics in {os.path.join(run_dir, 'metrics.jsonl')}")
     return 0
+
+
+def close_sinks(sinks) -> None:
+    for sink in sinks:
+        try:
+            sink.close()
+        except OSError:  # the sink's own write error (disk full) was already reported
+            pass
+
+
+def finish_wandb(trainer, result, sinks, final: dict | None, run_dir: str, message) -> None:
+    """The end of a run's wandb run: the final evaluation in its summary, a video of one greedy episode of the
+    final parameters (--eval-video), the final parameters as an artifact. A failure is one line, never the run's."""
+    from hephaestus.checkpoint import one_line
+    from hephaestus.loop import record_video, video_sink
+
+    wandb_sink = next((s for s in sinks if hasattr(s, "summarize")), None)
+    if wandb_sink is None:
+        return
+    config = trainer.config
+    update = int(result.runner_state.update_step) if result.runner_state is not None else 0
+    try:
+        if final:
+            wandb_sink.summarize(final)
+        video = video_sink(sinks, config) if final else None  # with the final evaluation (not when it is off)
+        if video is not None:
+            path, seconds = record_video(trainer, result.runner_state, video, update, "final")
+            if path:
+                video.log_video(path, update * config.batch_size, key="final_eval/video")
+                message(f"wandb: final evaluation video {path} ({seconds:.1f}s)")
+        wandb_sink.log_final_params(os.path.join(run_dir, "final_params.npz"), update)
+    except Exception as err:  # noqa: BLE001 - logging must never cost the run
+        message(f"wandb: could not log the end of the run ({one_line(err)})")
 
 
 def _fail_if_out_of_memory(err: RuntimeError, config, doing: str) -> None:

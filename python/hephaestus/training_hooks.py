@@ -66,6 +66,12 @@ class StopSignals:
         _write_fd(2, f"{signal.Signals(signum).name}: finishing the current chunk, then saving and exiting{more}\n")
 
     @property
+    def stop_requested(self) -> bool:
+        """A signal came: the loop queues no further chunk (loop.run asks before each dispatch). With several
+        hosts, False: they stop together after the chunk `after_chunk` agrees on."""
+        return self.signum is not None and jax.process_count() == 1
+
+    @property
     def exit_code(self) -> int:
         return EXIT_CODES.get(self.signum, 1) if self.signum is not None else 0
 
@@ -129,18 +135,19 @@ class CheckpointHook:
 
     def __init__(self, checkpointer: Checkpointer, every_updates: int = 0, every_minutes: float = 10.0,
                  message: Callable[[str], None] = print, on_saved: Callable[[str, int], None] | None = None,
-                 final_export: bool = True, start_update: int = 0):
+                 final_export: bool = True, start_update: int = 0, stop: StopSignals | None = None):
         self.ckpt = checkpointer
         self.every_updates = every_updates
         self.every_minutes = every_minutes
         self.message = message
         self.on_saved = on_saved  # (step dir, update) once the save is complete, e.g. to upload an artifact
         self.final_export = final_export
+        self.stop = stop  # the run's StopSignals: a save at the end after a signal is not called final
         self.last_update = start_update  # update of the last save (or where this run started)
         self.last_time = time.monotonic()
         self._pending = None  # (path, update) of an async save not yet reported to on_saved
 
-    def _save(self, runner_state, record, final=False):
+    def _save(self, runner_state, record, final: str = ""):
         update = int(jax.device_get(runner_state.update_step))
         self._flush_pending()
         try:
@@ -151,7 +158,7 @@ class CheckpointHook:
         self.last_update, self.last_time = update, time.monotonic()
         if path:
             self._pending = (path, update)
-            self.message(f"checkpoint: saving {path}" + (" (final)" if final else ""))
+            self.message(f"checkpoint: saving {path}" + (f" ({final})" if final else ""))
         return path
 
     def _flush_pending(self):
@@ -185,7 +192,9 @@ class CheckpointHook:
         return False
 
     def at_end(self, runner_state, record) -> None:
-        path = self._save(runner_state, record, final=True)
+        signum = self.stop.signum if self.stop is not None else None
+        path = self._save(runner_state, record,
+                          final=f"stopped by {signal.Signals(signum).name}" if signum is not None else "final")
         update = int(jax.device_get(runner_state.update_step))
         if self.final_export:
             self.ckpt.export(os.path.join(self.ckpt.run_dir, "final_params.npz"), runner_state, update)

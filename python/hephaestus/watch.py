@@ -134,6 +134,22 @@ class Player:
         self.greedy = greedy
         self._build()
 
+    @classmethod
+    def from_parts(cls, params, env, network, meta=None, greedy: bool = True) -> "Player":
+        """A player of parameters in memory (a training run's evaluation video), not of a file."""
+        from hephaestus.api import Agent
+
+        player = cls.__new__(cls)
+        player.agent = Agent(params=params, network=network, env=env, meta=meta or {})
+        player.params, player.meta, player.env, player.network = params, player.agent.meta, env, network
+        player.seed_index, player.num_seeds = 0, 1
+        player.spec = env.spec
+        player.env_name = env.spec.name
+        player.present = env.presentation
+        player.greedy = greedy
+        player._build()
+        return player
+
     # -- the compiled functions (jit once; every step reuses them) --------------------------------------
     def _build(self):
         self._reset, self._step = _compiled_env(self.env)
@@ -233,8 +249,9 @@ class TerminalView:
     """Text board redrawn in place (ANSI clear + home) when stdout is a terminal; frames one after another
     without pauses otherwise (e.g. piped to a file)."""
 
-    def __init__(self, player: Player, fps: float, out=None):
+    def __init__(self, player: Player, fps: float, out=None, legend: bool = True):
         self.player, self.out = player, out or sys.stdout
+        self.legend = legend  # the env's key to its text board (Presentation.legend) under every board
         self.live = hasattr(self.out, "isatty") and self.out.isatty()
         self.delay = 1.0 / fps if fps > 0 else 0.0
         self.finished: list[str] = []  # episode lines, kept on screen under every redraw
@@ -259,6 +276,8 @@ class TerminalView:
         status = self.player.status(frame)
         if status:
             lines.append(status)
+        if self.legend and self.player.present.legend:
+            lines.append(self.player.present.legend)
         if frame.done:
             lines.append(f"-> {frame.done}")
         print("\n".join(lines), file=self.out, flush=True)
@@ -363,6 +382,29 @@ class FileView:
         return len(frames)
 
 
+def episode_video(params, env, network, path: str, seed: int = 0, max_steps: int = 1000, fps: float = 5.0,
+                  instance=None) -> tuple[str, int, float]:
+    """One greedy episode of `params` written to `path` (.mp4 where imageio-ffmpeg is installed, else .gif): the
+    captioned RGB frames watch_agent.py --save writes. Returns (path written, frames, episode return). `instance`:
+    the training run's env instance (DeepSea's map), played instead of the env's default one."""
+    if instance is not None and env.set_instance is not None:
+        from hephaestus.envs.adapters import with_fixed_instance
+
+        env = with_fixed_instance(env, instance)
+    player = Player.from_parts(params, env, network)
+    frames: list[np.ndarray] = []
+    results = player.episodes(1, max_steps, seed, lambda f: frames.append(captioned(player.rgb(f), caption_for(f))))
+    h, w = max(f.shape[0] for f in frames), max(f.shape[1] for f in frames)
+    frames = [np.pad(f, ((0, h - f.shape[0]), (0, w - f.shape[1]), (0, 0))) for f in frames]
+    try:
+        path = os.path.splitext(path)[0] + ".mp4"
+        write_mp4(path, frames, fps)
+    except (ImportError, RuntimeError, OSError):  # no imageio-ffmpeg or no ffmpeg binary: a GIF (pillow)
+        path = os.path.splitext(path)[0] + ".gif"
+        write_gif(path, frames, fps)
+    return path, len(frames), results[0].total_reward if results else 0.0
+
+
 def write_gif(path: str, frames: list[np.ndarray], fps: float) -> None:
     from PIL import Image
 
@@ -435,8 +477,10 @@ def build_parser():
         prog="watch_agent.py",
         description="Watch a trained agent play in the environment it was trained on (CPU is enough).")
     p.add_argument("path", nargs="?", help="final_params.npz, params_<n>.npz, a checkpoint step directory "
-                   "(uses the params_<n>.npz beside it) or a run directory (final_params.npz, else the newest "
-                   "params_<n>.npz)")
+                   "(uses the params_<n>.npz beside it), a run directory (final_params.npz, else the newest "
+                   "params_<n>.npz), a shipped agent (checkpoints/pretrained/NAME), or a wandb run's final "
+                   "parameters: wandb:ENTITY/PROJECT/RUN_ID (or an artifact, wandb:ENTITY/PROJECT/NAME:ALIAS), "
+                   "downloaded to ~/.cache/hephaestus/wandb")
     p.add_argument("--latest", action="store_true", help="the newest run under --checkpoints-dir")
     p.add_argument("--checkpoints-dir", default="checkpoints", help="where --latest looks (default: checkpoints)")
     p.add_argument("--env", help="environment, used only when the file does not name one")
@@ -457,6 +501,9 @@ def build_parser():
     view.add_argument("--window", action="store_true", help="show the frames in a window (needs a display)")
     view.add_argument("--save", metavar="FILE", help="write the frames to FILE.gif or FILE.mp4 (headless)")
     p.add_argument("--fps", type=float, default=5.0, help="frames per second (default 5)")
+    p.add_argument("--legend", action=argparse.BooleanOptionalAction, default=True,
+                   help="the key to the terminal board's cell codes under it, for envs that have one (default on; "
+                        "--no-legend: off)")
     return p
 
 
@@ -499,7 +546,7 @@ def main(argv=None, compile_cache: bool = True) -> int:
         elif args.window:
             view = WindowView(player, args.fps)
         else:
-            view = TerminalView(player, args.fps)
+            view = TerminalView(player, args.fps, legend=args.legend)
         on_end = view.episode_done if isinstance(view, TerminalView) else \
             (lambda ep, r: print(episode_line(ep, r), flush=True))
         try:

@@ -44,7 +44,8 @@ class EnvStep:
     terminated: jax.Array  # bool[]
     truncated: jax.Array  # bool[]
     final_obs: jax.Array  # float32[obs_dim], the observation the step landed on, before any reset
-    info: dict  # env-specific extras: `reward_terms` (dict of float32[]), `stage`, `episode_stats` (dict of float32[])
+    info: dict  # env-specific extras: `reward_terms` (dict of float32[]), `stage`, `episode_stats` (dict of float32[]),
+    # `curriculum_start` (bool[]: the ending episode began as a training curriculum's late start)
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,8 @@ def _info_extras(info: dict, spec: EnvSpec | None = None) -> dict:
         keep["reward_terms"] = {k: jnp.asarray(v, jnp.float32) for k, v in info["reward_terms"].items()}
     if "stage" in info:
         keep["stage"] = jnp.asarray(info["stage"], jnp.int32)
+    if "curriculum_start" in info:  # the episode began as a curriculum's late start (rollout_metrics.py)
+        keep["curriculum_start"] = jnp.asarray(info["curriculum_start"], jnp.bool_)
     return keep
 
 

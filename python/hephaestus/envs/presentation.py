@@ -40,6 +40,8 @@ class Presentation:
     # its summary line ("" for none). Given the statistics of several episodes combined the same way, it
     # describes them together.
     episode_note: Callable[[dict], str] = lambda stats: ""
+    # A key to the text picture's codes, shown under the board in the terminal (watch_agent.py --legend); "" none.
+    legend: str = ""
 
 
 def presentation_of(env, spec, rgb: Callable[[Any, np.ndarray], np.ndarray] | None = None) -> Presentation:

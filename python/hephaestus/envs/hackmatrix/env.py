@@ -42,7 +42,10 @@ def _landed_info(info, obs, state, truncated):
     """The step's info with the mask and stage of the state the action landed on (before any auto-reset), and
     the episode statistics completed with ``step_limit`` (whether the step ended the episode by truncation)."""
     stats = {**info["episode_stats"], "step_limit": truncated.astype(jnp.float32)}
-    return {**info, "action_mask": obs["action_mask"], "stage": state.stage, "episode_stats": stats}
+    # curriculum_start: the game began on a later stage (a training curriculum's late start, not a game by the
+    # rules): the pipeline reports its episode statistics apart (curriculum/), not with the fresh games' (episode/).
+    return {**info, "action_mask": obs["action_mask"], "stage": state.stage, "episode_stats": stats,
+            "curriculum_start": state.start_stage > 1}
 
 
 # What one episode did (episode_stats.py): summed or maxed over its steps by the pipeline, reported as means,

@@ -46,5 +46,12 @@ def rgb(state, obs) -> np.ndarray:
     return np.asarray(_render_rgb(state))
 
 
+# The key to render_text's cell codes, two lines under the board.
+LEGEND = ("legend: @ you | V2 D3 G1 C2 virus/daemon/glitch/cryptog + HP (! stunned, ~ disabled) | t3 transmission, "
+          "3 turns to spawn\n"
+          "        D4 data block (4 points) | P18 program block (program 18) | ?? unknown block | * siphoned | "
+          "EX exit | $S data siphon pick-up | c2 e1 credits/energy | + siphon centre")
+
 PRESENTATION = Presentation(action_names=ACTION_NAMES, outcome=outcome, status=status,
-                            text=lambda state, obs: render_text(state), rgb=rgb, episode_note=episode_note)
+                            text=lambda state, obs: render_text(state), rgb=rgb, episode_note=episode_note,
+                            legend=LEGEND)
