@@ -1,4 +1,4 @@
-"""Our policy distributions (hephaestus.networks) against distrax's, jitted, side by side in one process.
+"""Our policy distributions (hephaestus.core.networks) against distrax's, jitted, side by side in one process.
 
     python benchmarks/distributions.py                   # [4096, 30] masked categorical, [4096, 6] Gaussian
     python benchmarks/distributions.py --batch 2048 --actions 28 --repeats 200
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from hephaestus import networks as nets  # noqa: E402
+from hephaestus.core import networks as nets  # noqa: E402
 
 
 def categorical_ours(key, logits, mask):

@@ -83,7 +83,7 @@ def test_debug_nans_stops_at_the_first_nan_in_one_line(tmp_path, capsys):
     import jax
     import jax.numpy as jnp
 
-    from hephaestus.stages import Stage, register_stage
+    from hephaestus.core.stages import Stage, register_stage
     from train_cli import main as train_main
 
     @register_stage("test_log_of_negative_reward")

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from hephaestus import config as cfg
-from hephaestus.checkpoint import config_of
-from hephaestus.cli import build_parser, config_from_args, parse
-from hephaestus.config import ConfigError, TrainConfig, resolve
-from hephaestus.config_files import load_config_file
+from hephaestus.config import train_config as cfg
+from hephaestus.run.checkpoint import config_of
+from hephaestus.run.cli import build_parser, config_from_args, parse
+from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
+from hephaestus.config.files import load_config_file
 from train_cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -141,8 +141,8 @@ def test_the_dreamers_take_hackmatrix_s_measured_settings_by_default_and_flags_a
     (DREAMER_ENV_DEFAULTS: ego encoder, mse decoder fit, entropy 0.1, range advantages), so the plain command trains
     what configs/hackmatrix-dreamer.yaml names; other envs, and the agents that do not dream, keep the values every
     earlier result used; a flag wins; a checkpoint stored before the options had env defaults resumes as it ran."""
-    from hephaestus.checkpoint import stored_config
-    from hephaestus.dtc.options import DREAMER_FALLBACK_DEFAULTS, DREAMER_ENV_DEFAULTS
+    from hephaestus.run.checkpoint import stored_config
+    from hephaestus.agents.dtc.options import DREAMER_FALLBACK_DEFAULTS, DREAMER_ENV_DEFAULTS
 
     def settled(*argv):
         config = resolve(parse(list(argv))[0])[0]
@@ -213,7 +213,7 @@ def test_an_env_params_list_that_drops_the_list_under_it_says_so(monkeypatch, ca
     """--env-params replaces the list under it (the family's default, a --config file's, a resumed run's), so one
     value added to a HackMatrix run without its list drops the run's training reward: the parse says which names
     it dropped, on stderr, and says nothing when the list keeps them (or no list is given)."""
-    from hephaestus import checkpoint
+    from hephaestus.run import checkpoint
 
     default = cfg.ENV_DEFAULTS["hackmatrix"]["env_params"]
     config, _ = parse(["--env-params", "distance_coef=0"])

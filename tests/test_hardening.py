@@ -18,7 +18,7 @@ import threading
 import numpy as np
 import pytest
 
-from hephaestus import checkpoint as ck
+from hephaestus.run import checkpoint as ck
 from train_cli import main
 
 # One worker runs this module, so its module fixture runs once (tests/conftest.py).
@@ -99,7 +99,7 @@ def makedirs(path, *args, **kwargs):  # the disk fills up (or the folder goes) a
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
     return real(path, *args, **kwargs)
 os.makedirs = makedirs
-from hephaestus.train import script_main
+from hephaestus.run.train import script_main
 sys.exit(script_main(sys.argv[1:]))
 """
 
@@ -133,7 +133,7 @@ def test_run_folder_removed_during_a_save_ends_the_run_at_once_with_one_line(tmp
 
 HOLD_LOCK = """
 import sys, time
-from hephaestus.runlock import RunLock
+from hephaestus.run.runlock import RunLock
 RunLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 time.sleep(600)
@@ -239,7 +239,7 @@ def test_the_unretrieved_reads_of_a_refused_checkpoint_are_not_logged_other_asyn
     import gc
     import logging
 
-    from hephaestus import checkpoint
+    from hephaestus.run import checkpoint
 
     class Read:  # an awaitable that is not a coroutine, as tensorstore's reads are: a Task wraps it (_wrap_awaitable)
         def __init__(self, error):
@@ -290,7 +290,7 @@ def test_a_refused_corrupt_checkpoint_prints_no_event_loop_noise(saved_run, tmp_
 
 
 def test_metrics_write_failure_saves_then_exits_1(tmp_path, capsys, monkeypatch):
-    from hephaestus import sinks
+    from hephaestus.run import sinks
 
     real_write = sinks.JsonlSink.write
 
@@ -313,7 +313,7 @@ def test_metrics_write_failure_saves_then_exits_1(tmp_path, capsys, monkeypatch)
 def test_out_of_memory_says_what_it_needed(tmp_path, capsys, monkeypatch):
     import jax.numpy as jnp
 
-    from hephaestus import ppo
+    from hephaestus.core import ppo
 
     def make_train(config, env=None, compile_ahead=False, store_programs_in=None):  # a --num-envs far too large: a real XLA allocation failure
         jnp.zeros((10**12,), jnp.float32).block_until_ready()
@@ -329,7 +329,7 @@ def test_out_of_memory_says_what_it_needed(tmp_path, capsys, monkeypatch):
 def test_an_unusable_compilation_cache_is_one_warning_and_the_run_goes_on(tmp_path, capsys, monkeypatch):
     import jax
 
-    from hephaestus.compilation_cache import enable_compilation_cache
+    from hephaestus.core.compilation_cache import enable_compilation_cache
 
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -369,7 +369,7 @@ def cartpole_params(tmp_path):
 ])
 def test_watch_save_target_is_checked_before_playing(tmp_path, capsys, monkeypatch, cartpole_params, target,
                                                       needle):
-    from hephaestus import watch
+    from hephaestus.tools import watch
 
     (tmp_path / "folder.gif").mkdir()
     (tmp_path / "file").write_text("")
@@ -383,7 +383,7 @@ def test_watch_save_target_is_checked_before_playing(tmp_path, capsys, monkeypat
 
 
 def test_ctrl_c_during_watch_save_writes_what_was_played(tmp_path, capsys, monkeypatch, cartpole_params):
-    from hephaestus import watch
+    from hephaestus.tools import watch
     from test_watch import gif_frames
 
     real_episodes = watch.Player.episodes
@@ -468,7 +468,7 @@ class FailingServer:
     ("401", "https", "gave no usable answer"),  # TLS to a server that does not speak it
 ])
 def test_wandb_server_reachable_but_failing_is_found_by_one_bounded_probe(monkeypatch, behaviour, scheme, needle):
-    from hephaestus import sinks
+    from hephaestus.run import sinks
 
     server = FailingServer(behaviour)
     try:
@@ -481,8 +481,8 @@ def test_wandb_server_reachable_but_failing_is_found_by_one_bounded_probe(monkey
 
 
 def test_wandb_with_a_refused_key_logs_offline_with_one_line(tmp_path, monkeypatch, capsys):
-    from hephaestus import sinks
-    from hephaestus.config import TrainConfig
+    from hephaestus.run import sinks
+    from hephaestus.config.train_config import TrainConfig
 
     server = FailingServer("401")
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.port}")
@@ -509,7 +509,7 @@ def _default_sighup():
 def test_sighup_stops_and_saves_like_sigterm():
     code = (
         "import os, signal, time\n"
-        "from hephaestus.training_hooks import StopSignals\n"
+        "from hephaestus.run.training_hooks import StopSignals\n"
         "stop = StopSignals(message=print).install()\n"
         "os.kill(os.getpid(), signal.SIGHUP)\n"
         "time.sleep(0.2)\n"
@@ -568,7 +568,7 @@ def test_sighup_after_the_terminal_is_gone_still_saves(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    from hephaestus.export import load_params_npz
+    from hephaestus.core.export import load_params_npz
 
     final = ck.locate(str(tmp_path / "h")).step  # saved where it stopped, not only at the last periodic save:
     assert final == records(tmp_path / "h" / "metrics.jsonl")[-1]["update"]

@@ -36,17 +36,17 @@ import math
 import sys
 import time
 
-from hephaestus.entry_points import require_this_checkout
+from hephaestus.tools.entry_points import require_this_checkout
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hephaestus.config import AGENTS as AGENT_SETTINGS
-from hephaestus.config import TrainConfig, agent_config, resolve
+from hephaestus.config.train_config import AGENTS as AGENT_SETTINGS
+from hephaestus.config.train_config import TrainConfig, agent_config, resolve
 from hephaestus.envs.registry import make_env
-from hephaestus.ppo import make_train
-from hephaestus.stage_options import ConfigError
-from hephaestus.stages import Stage, register_stage
+from hephaestus.core.ppo import make_train
+from hephaestus.config.registry import ConfigError
+from hephaestus.core.stages import Stage, register_stage
 
 AGENTS = ("random", "ppo", "count", "rnd", "disagreement", "dtc", "dreamer", "dreamer-dtc")
 BAD_THRESHOLD = 0.9  # bsuite deep_sea analysis.find_solution(thresh=0.9)

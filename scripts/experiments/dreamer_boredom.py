@@ -26,7 +26,7 @@ import os
 import subprocess
 import sys
 
-from hephaestus.entry_points import load_script, require_this_checkout
+from hephaestus.tools.entry_points import load_script, require_this_checkout
 
 
 # scripts/experiments/dreamer_cartpole.py: its dreamer settings and output writer are this one's.

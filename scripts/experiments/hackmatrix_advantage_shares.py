@@ -23,13 +23,13 @@ import json
 import os
 import sys
 
-from hephaestus.entry_points import require_this_checkout
+from hephaestus.tools.entry_points import require_this_checkout
 
 
 def training_env_params(meta: dict, extra: list[str]) -> list[str]:
     """The run's training `--env-params` (its stored list, else HackMatrix's default list) with `extra` laid over
     it by name: a name in `extra` replaces the stored item, a new one is added."""
-    from hephaestus.config import ENV_DEFAULTS, overlay_env_params
+    from hephaestus.config.train_config import ENV_DEFAULTS, overlay_env_params
 
     stored = (meta.get("config") or {}).get("env_params")
     return list(overlay_env_params(ENV_DEFAULTS["hackmatrix"]["env_params"] if stored is None else stored, extra))
@@ -74,10 +74,10 @@ def main(argv=None) -> int:
     import jax
     import numpy as np
 
-    from hephaestus import networks as nets
+    from hephaestus.core import networks as nets
     from hephaestus.envs.registry import EnvParamError, parse_env_params
-    from hephaestus.ppo import gae
-    from hephaestus.watch import WatchError, load_agent, load_env, resolve_params_path
+    from hephaestus.core.ppo import gae
+    from hephaestus.tools.watch import WatchError, load_agent, load_env, resolve_params_path
 
     try:
         params, meta, env, network = load_agent(resolve_params_path(args.agent))

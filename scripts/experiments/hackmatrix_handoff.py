@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-from hephaestus.entry_points import require_this_checkout
+from hephaestus.tools.entry_points import require_this_checkout
 
 NEVER = 9  # a stage the game never reaches: the agent plays every stage
 
@@ -30,7 +30,7 @@ def handoff_policy(network, params, teacher, from_stage: int):
     the evaluation feeds it) below stage `from_stage`, the `teacher`'s from it on."""
     import jax.numpy as jnp
 
-    from hephaestus import networks as nets
+    from hephaestus.core import networks as nets
     from hephaestus.envs.adapters import split_observation
     from hephaestus.envs.hackmatrix.env import get_obs
 
@@ -68,8 +68,8 @@ def main(argv=None) -> int:
     import jax
     import numpy as np
 
-    from hephaestus.evaluation import Evaluator
-    from hephaestus.watch import WatchError, load_agent, resolve_params_path
+    from hephaestus.core.evaluation import Evaluator
+    from hephaestus.tools.watch import WatchError, load_agent, resolve_params_path
 
     try:
         params, _, env, network = load_agent(resolve_params_path(args.agent))

@@ -25,7 +25,7 @@ import json
 import os
 import sys
 
-from hephaestus.entry_points import require_this_checkout
+from hephaestus.tools.entry_points import require_this_checkout
 
 
 def first_steps_after_exits(stage_before, stage_after, done):
@@ -76,8 +76,8 @@ def main(argv=None) -> int:
 
     from hephaestus.envs.hackmatrix.constants import A_UNDO
     from hephaestus.envs.registry import EnvParamError, parse_env_params
-    from hephaestus.networks import masked_logits
-    from hephaestus.watch import WatchError, load_agent, resolve_params_path
+    from hephaestus.core.networks import masked_logits
+    from hephaestus.tools.watch import WatchError, load_agent, resolve_params_path
 
     items = [item for item in args.env_params.split(",") if item.strip()]
 

@@ -61,9 +61,9 @@ def main(argv=None) -> int:
     import jax.numpy as jnp
     import numpy as np
 
-    from hephaestus.bonus import make_rnd
-    from hephaestus.config import TrainConfig, resolve
-    from hephaestus.dtc.agent import make_world_model
+    from hephaestus.agents.bonus.stages import make_rnd
+    from hephaestus.config.train_config import TrainConfig, resolve
+    from hephaestus.agents.dtc.agent import make_world_model
     from hephaestus.envs.registry import make_env
 
     n, envs, steps = args.size, 16, 32

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
-from hephaestus.config import env_params_of, number_text, parse_untyped
+from hephaestus.config.train_config import env_params_of, number_text, parse_untyped
 from hephaestus.envs.adapters import AdaptedEnv, adapt_deepsea, adapt_gymnax, adapt_jumanji
 from hephaestus.envs.gymnax_import import import_gymnax
 

@@ -1,0 +1,1 @@
+"""Agent families, one folder each: its stages, options, defaults and registration."""

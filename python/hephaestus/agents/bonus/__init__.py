@@ -1,0 +1,1 @@
+"""Exploration bonuses: RND, the count bonus, episodic novelty and the intrinsic critic."""

@@ -1,0 +1,1 @@
+"""Reward scaling and observation normalisation stages."""
