@@ -8,7 +8,8 @@ import os
 import subprocess
 import sys
 
-from hephaestus.config.train_config import resolve, resolve_encoder
+from hephaestus.config.train_config import resolve
+from hephaestus.core.networks import resolve_encoder
 from hephaestus.config.files import load_config_file
 from hephaestus.envs.registry import make_training_env
 

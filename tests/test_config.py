@@ -13,6 +13,8 @@ from hephaestus.run.checkpoint import config_of
 from hephaestus.run.cli import build_parser, config_from_args, parse
 from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
 from hephaestus.config.files import load_config_file
+from hephaestus.agents.dtc.options import DTC_STAGES
+from hephaestus.agents.dreamer.options import DREAMER_STAGES
 from train_cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,10 +109,10 @@ def test_presets_load_and_validate():
                  "cell_dim": raw.network.cell_dim, "env_params": raw.env.env_params}
         assert set(named) == set(cfg.ENV_DEFAULTS["hackmatrix"]), frozen
         assert all(v is not None and v != "auto" for v in named.values()), (frozen, named)
-    assert presets["deepsea-dtc"].extra_stages == cfg.DTC_STAGES
-    assert presets["deepsea-dreamer"].extra_stages == cfg.DREAMER_STAGES
-    assert presets["hackmatrix-dreamer"].extra_stages == cfg.DREAMER_STAGES
-    assert presets["hackmatrix-dreamer-2e7"].extra_stages == cfg.DREAMER_STAGES
+    assert presets["deepsea-dtc"].extra_stages == DTC_STAGES
+    assert presets["deepsea-dreamer"].extra_stages == DREAMER_STAGES
+    assert presets["hackmatrix-dreamer"].extra_stages == DREAMER_STAGES
+    assert presets["hackmatrix-dreamer-2e7"].extra_stages == DREAMER_STAGES
 
 
 def test_hackmatrix_dreamer_config_file_trains_what_the_measured_row_ran():
@@ -142,7 +144,7 @@ def test_the_dreamers_take_hackmatrix_s_measured_settings_by_default_and_flags_a
     what configs/hackmatrix-dreamer.yaml names; other envs, and the agents that do not dream, keep the values every
     earlier result used; a flag wins; a checkpoint stored before the options had env defaults resumes as it ran."""
     from hephaestus.run.checkpoint import stored_config
-    from hephaestus.agents.dtc.options import DREAMER_FALLBACK_DEFAULTS, DREAMER_ENV_DEFAULTS
+    from hephaestus.agents.dreamer.options import DREAMER_FALLBACK_DEFAULTS, DREAMER_ENV_DEFAULTS
 
     def settled(*argv):
         config = resolve(parse(list(argv))[0])[0]
@@ -345,7 +347,7 @@ def test_resolve_settles_every_auto_once_and_is_idempotent():
     assert len(config.env.env_params) == 12
     assert (config.ppo.num_minibatches, config.ppo.update_epochs) == (32, 2) and note.startswith("auto-scale: batch")
     assert (config.network.encoder, config.network.obs_dtype) == ("mlp", "float32")  # DTC reads float observations
-    assert config.extra_stages == cfg.DTC_STAGES and config.stages.dtc.competence_coef == 0.0
+    assert config.extra_stages == DTC_STAGES and config.stages.dtc.competence_coef == 0.0
     assert config.run.run_name == "hackmatrix_s0"
     again, note_again = resolve(config, hm)
     assert again == config and note_again == ""  # stored values are what auto-scale chose: nothing to say

@@ -15,7 +15,8 @@ import numpy as np
 import optax
 import pytest
 
-from hephaestus.config.train_config import DTC_STAGES, ConfigError, TrainConfig, resolve
+from hephaestus.agents.dtc.options import DTC_STAGES
+from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
 from hephaestus.agents.dtc import intrinsic as intr
 from hephaestus.agents.dtc import replay as rp
 from hephaestus.agents.dtc import rssm

@@ -16,7 +16,8 @@ from gymnax.environments import spaces
 from hephaestus.run import checkpoint as ck
 from hephaestus.core import networks as nets
 from hephaestus.config import train_config as cfg
-from hephaestus.config.train_config import ConfigError, TrainConfig, resolve, resolve_encoder, resolve_obs_dtype
+from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
+from hephaestus.core.networks import resolve_encoder, resolve_obs_dtype
 from hephaestus.envs.adapters import EnvSpec, adapt_gymnax
 from hephaestus.core.export import load_params_npz, network_from_meta, network_meta, save_params_npz
 from hephaestus.core.ppo import make_train

@@ -16,7 +16,7 @@ from hephaestus.envs.adapters import adapt_gymnax
 from hephaestus.core.evaluation import make_evaluator, policy_index, summarise
 from hephaestus.run.loop import run
 from hephaestus.core.ppo import make_train
-from hephaestus.run.sinks import chunk_reduce
+from hephaestus.core.sinks import chunk_reduce
 from toy_envs import StatWalk
 
 # One worker runs this module, so its module fixtures run once (tests/conftest.py).

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from hephaestus.agents.bonus.stages import make_rnd, observation_hash
-from hephaestus.config.train_config import AGENTS, DTC_STAGES, TrainConfig, agent_config, resolve
+from hephaestus.agents.dtc.options import DTC_STAGES
+from hephaestus.config.registry import AGENTS
+from hephaestus.config.train_config import TrainConfig, agent_config, resolve
 from hephaestus.envs.registry import UnknownEnvError, make_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

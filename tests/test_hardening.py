@@ -290,7 +290,7 @@ def test_a_refused_corrupt_checkpoint_prints_no_event_loop_noise(saved_run, tmp_
 
 
 def test_metrics_write_failure_saves_then_exits_1(tmp_path, capsys, monkeypatch):
-    from hephaestus.run import sinks
+    from hephaestus.core import sinks
 
     real_write = sinks.JsonlSink.write
 
@@ -468,7 +468,7 @@ class FailingServer:
     ("401", "https", "gave no usable answer"),  # TLS to a server that does not speak it
 ])
 def test_wandb_server_reachable_but_failing_is_found_by_one_bounded_probe(monkeypatch, behaviour, scheme, needle):
-    from hephaestus.run import sinks
+    from hephaestus.core import sinks
 
     server = FailingServer(behaviour)
     try:
@@ -481,7 +481,7 @@ def test_wandb_server_reachable_but_failing_is_found_by_one_bounded_probe(monkey
 
 
 def test_wandb_with_a_refused_key_logs_offline_with_one_line(tmp_path, monkeypatch, capsys):
-    from hephaestus.run import sinks
+    from hephaestus.core import sinks
     from hephaestus.config.train_config import TrainConfig
 
     server = FailingServer("401")

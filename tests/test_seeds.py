@@ -12,7 +12,7 @@ import pytest
 
 from hephaestus.run import checkpoint as ck
 from hephaestus.core.export import load_params_npz, select_seed
-from hephaestus.run.sinks import iqm, loggable, seeds_reduce
+from hephaestus.core.sinks import iqm, loggable, seeds_reduce
 from train_cli import main
 
 # One worker runs this module, so its module fixture runs once (tests/conftest.py).

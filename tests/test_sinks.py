@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from hephaestus.run.sinks import HealthMonitor, chunk_reduce
+from hephaestus.core.sinks import HealthMonitor, chunk_reduce
 
 
 def record(**kw):

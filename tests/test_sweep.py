@@ -119,7 +119,7 @@ def test_a_full_disk_ends_a_sweep_with_one_line_naming_the_write_and_what_is_com
     results are complete."""
     import errno
 
-    from hephaestus.run import sinks
+    from hephaestus.core import sinks
 
     def no_space(path):
         def raise_(*args, **kwargs):

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from hephaestus.run import sinks
+from hephaestus.core import sinks
 from hephaestus.config.train_config import TrainConfig
 from train_cli import main
 

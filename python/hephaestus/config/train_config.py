@@ -34,10 +34,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from hephaestus.agents.dtc.options import DREAMER_FALLBACK_DEFAULTS, DREAMER_STAGES, DTC_STAGES, dreamer_defaults
-from hephaestus.config.registry import ConfigError, env_defaults_text, families
+from hephaestus.config.registry import (AGENT_CHECKS, AGENTS, AUTO_VALUES, ENV_DEFAULTS, ENV_SETTLERS,  # noqa: F401
+                                       FALLBACK_DEFAULTS, NO_TEACHER, RESOLVE_NOTES, ConfigError, agents_replacing_update, auto_names, env_defaults,
+                                       env_defaults_text, env_params_of, families, learns_by_dreaming,
+                                       obs_reading_stages, update_rule)
+from hephaestus.config.values import number_text
 
-__all__ = ["ConfigError", "TrainConfig", "resolve", "validate", "DTC_STAGES"]
+__all__ = ["ConfigError", "TrainConfig", "resolve", "validate"]
 
 # PureJaxRL/CleanRL reference batch: 256 envs x 128 steps split into 4 minibatches for 4 epochs.
 # Users found that growing the batch without rebalancing these hurts (bigger, less noisy minibatches
@@ -48,57 +51,7 @@ REFERENCE_EPOCHS = 4
 MAX_MINIBATCHES = 64
 MIN_EPOCHS = 2
 ENCODERS = ("auto", "mlp", "cells", "salience", "ego")
-NO_TEACHER = "none"  # --teacher none: no teacher (config.has_teacher)
-CELL_ENCODERS = ("cells", "salience", "ego")  # the encoders that read an env's obs_cells (ego: and obs_board)
 OBS_DTYPES = ("auto", "float32", "bfloat16", "uint8")
-# Hyperparameters whose default depends on the environment family (the part of --env before ":"): a field left
-# at None (auto) takes its family's value, else FALLBACK_DEFAULTS'. HackMatrix: with an entropy bonus of 0.01,
-# about half the seeds settle within 2e6 steps into surviving without clearing stages (the seeds' "entropy
-# collapse"); with 0.03 and 0.1 every seed kept clearing stages, 0.1 a little ahead on every stage statistic with
-# the smallest spread over 3 seeds (stage 2 in 52% of greedy games against 49%), and it is what the long runs
-# used (specs/hackmatrix.md, "Learning").
-# Discrete classic control: PureJaxRL's ppo.py network (2 x 64 tanh, separate actor and critic), so a user who
-# compares the two on CartPole compares the same arithmetic; at 256 a CartPole chunk runs 5x slower (specs/speed.md).
-# Keys are an env family or one env's full name; the full name wins.
-# HackMatrix also learns from a scripted policy (--teacher): with exit-rush every seed of 3 reaches stage 2 in
-# 74-84% of greedy games at 2e6 steps, against 40-56% for six seeds without (specs/hackmatrix.md, "Kickstarting").
-# The stronger exit-rush-safe teacher (one enemy phase of look-ahead) gave MLP students no better, but with the
-# player-centred ego encoder its students clear stage 4 in 23-26% of greedy games at 2e6 steps against the MLP's
-# 12-18%, every seed above every MLP seed at stages 2-4, and at 2048 envs and 5e7 steps one seed reaches stage 4 in
-# 60% of greedy games, past the teacher's 48% ("A player-centred encoder"): HackMatrix's defaults are both.
-# Since 29 Nov HackMatrix's defaults are configs/hackmatrix-tpu.yaml's learning settings (issue 22 asks that the
-# winning config be the default): the half-width (128, cell 8) ego student of exit-rush-programs, the teacher's
-# weight reaching 0 at half the run, trained on a reward that drops R116's siphon-death penalty and pays 10 for a
-# program's first play in a game on the step that clears its stage. At 2048 envs and 5e7 steps, three training
-# seeds: stage 1 cleared in 92-94% of greedy games, stage 4 reached in 49-56%, siphons in 90-91%, a program played
-# in 6-10% (specs/hackmatrix.md, "Programs paid on the stage clear"; at this file's 64 envs: "The shipped config as
-# the default"). Since 2 Dec the teacher is exit-rush-collector (exit-rush-programs that siphons for a first program
-# and plays what it owns before a killing step) and training turns R94's UNDO-across-stages quirk off: three
-# training seeds, stage 1 cleared in 91-92%, stage 4 in 48-51%, siphons in 90-92%, a program in 31-32%
-# ("The collector student without R94's quirk in training"; the 29 Nov settings are configs/hackmatrix-tpu-programs.yaml).
-# The same settings at 2048 envs and 1e8 steps (configs/hackmatrix-tpu.yaml's budget since 2 Dec), three training seeds:
-# stage 4 in 60-65%, a program in 47-56% (seed 2 under the 50% goal), 13 victories in 9000. Since 5 Dec training also
-# pays 2 for each program acquired, on the step that clears its stage: three training seeds at 1e8, stage 1 cleared
-# in 91-92%, stage 4 in 53-59%, siphons in 92-95%, a program in 52-59% (every eval seed over 50%), 9 victories in 9000
-# ("Acquisitions paid 2 on the clear at 1e8"; the file before is configs/hackmatrix-tpu-noacquired.yaml). Since 6 Dec
-# training also starts a quarter of the games on stages 2-8 with a player's resources, their rewards scaled to a fresh
-# game's (curriculum_reward_scale=1), pays a victory 100, and pays 4 per program acquired instead of 2: four training
-# seeds at 1e8, 10 x 1000 greedy games each, miss a goal in fewer sets of 1000 than the settings before (the victory
-# goal, counted in the rules' game, R94's UNDO quirk in), for 1.5 points of stage 4 (55.6% against 57.1%; "Learning:
-# the result"; the settings before are configs/hackmatrix-tpu-acquired2.yaml).
-# The shaping terms, the curriculum and the quirk's flag are training-only: evaluations play the rules' game.
-FALLBACK_DEFAULTS = {"ent_coef": 0.01, "hidden_dim": 256, "teacher": NO_TEACHER, "encoder": "mlp",
-                     "teacher_fraction": 1.0, "cell_dim": 16, "env_params": ()}
-ENV_DEFAULTS = {"hackmatrix": {"ent_coef": 0.1, "teacher": "exit-rush-collector", "encoder": "ego", "hidden_dim": 128,
-                               "cell_dim": 8, "teacher_fraction": 0.5,
-                               "env_params": ("program_played_coef=10", "siphon_death_penalty=0",
-                                              "program_played_at_clear=1", "undo_across_stages=0",
-                                              "program_acquired_coef=4", "program_acquired_at_clear=1",
-                                              "curriculum_share=0.25", "curriculum_max_stage=8",
-                                              "curriculum_program_prob=0.02", "victory_bonus=100",
-                                              "victory_score_coef=0", "curriculum_reward_scale=1")},
-                **{f"gymnax:{name}": {"hidden_dim": 64} for name in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")}}
-
 # --log-interval auto: updates per chunk so that a chunk holds about this many env steps (all seeds together).
 # A chunk is one call of the compiled program; what the host does between chunks (metrics, sinks, hooks) is paid
 # per chunk, so small updates want many per chunk: CartPole at 4 x 128 gets 128 updates (~0.4 s on a 2-core
@@ -106,36 +59,13 @@ ENV_DEFAULTS = {"hackmatrix": {"ent_coef": 0.1, "teacher": "exit-rush-collector"
 # line after one update instead of ten, ~13 s instead of ~2 min on that CPU).
 AUTO_CHUNK_ENV_STEPS = 65_536
 
-# The gradient clip by agent: PPO's 0.5 (PureJaxRL's); the dreamer's actor and critic share one optimizer, and at 0.5
-# the critic's large regression gradients set the clip and shrink the actor's step with them (CartPole: slower and
-# less stable learning, specs/dreamer.md), so the dreamers clip at DreamerV3's 100.
-PPO_GRAD_CLIP, DREAMER_GRAD_CLIP = 0.5, 100.0
+# PPO's gradient clip (PureJaxRL's 0.5); an agent that replaces the PPO update declares its own (UpdateRule).
+PPO_GRAD_CLIP = 0.5
 
 # PPO hyperparameters that are data, not compile-time constants: they live in `RunnerState.hyper` (float32, per
 # agent with --num-seeds), so runs and sweep points that differ only in them share one compiled program.
 DATA_HYPERPARAMETERS = ("lr", "gamma", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "ent_coef_final",
                         "max_grad_norm", "teacher_coef", "teacher_fraction")
-
-# --agent NAME -> (extra stages, values of auto options). ppo: none. dtc: world-model ensemble + dual-timescale
-# intrinsic reward. disagreement: the same with competence off (plain ensemble disagreement). rnd: Random Network
-# Distillation. count: tabular count bonus (the oracle on small discrete envs). episodic: Never Give Up's episodic
-# k-nearest-neighbour bonus (bonus.py). dreamer: actor-critic in the imagination of a one-member world model, in
-# place of GAE and PPO (dtc/dreamer.py). dreamer-dtc: the same with a 5-member ensemble whose disagreement on
-# imagined states, gained by competence, joins the imagined reward.
-# An agent's values fill only options left auto (None): a flag the user gives wins (--agent dreamer
-# --dtc-ensemble-size 3 trains 3 members); options no agent sets take AGENT_AUTO_FALLBACKS.
-AGENTS = {"ppo": ((), {}), "dtc": (DTC_STAGES, {}), "disagreement": (DTC_STAGES, {"dtc_competence_coef": 0.0}),
-          "rnd": (("rnd",), {}), "count": (("count_bonus",), {}), "episodic": (("episodic_novelty",), {}),
-          "dreamer": (DREAMER_STAGES, {"dtc_ensemble_size": 1, "dreamer_novelty_coef": 0.0}),
-          "dreamer-dtc": (DREAMER_STAGES, {"dreamer_novelty_coef": 1.0})}
-AGENT_AUTO_FALLBACKS = {"dtc_ensemble_size": 5, "dtc_competence_coef": 1.0, "dreamer_novelty_coef": 0.0}
-OBS_READING_STAGES = DTC_STAGES + DREAMER_STAGES + ("rnd", "count_bonus", "episodic_novelty", "intrinsic_critic")
-
-
-def env_defaults(env: str) -> dict:
-    """The defaults of the fields in FALLBACK_DEFAULTS for env name `env`."""
-    return {**FALLBACK_DEFAULTS, **ENV_DEFAULTS.get(env.partition(":")[0], {}), **ENV_DEFAULTS.get(env, {})}
-
 
 def env_param_name(item: str) -> str:
     """The NAME of an --env-params item "NAME=VALUE"."""
@@ -149,15 +79,20 @@ def overlay_env_params(items, extra) -> tuple[str, ...]:
     return tuple(item for item in items if env_param_name(item) not in names) + tuple(extra)
 
 
-def env_params_of(env: "EnvConfig") -> tuple[str, ...]:
-    """The training env's --env-params: the given list (which replaces the env family's), else the family's
-    default (ENV_DEFAULTS "env_params"; none for most envs). `resolve` settles it; this also serves the unresolved
-    configs that build an env before resolving (a sweep's base)."""
-    return env_defaults(env.name)["env_params"] if env.env_params is None else env.env_params
+def _grad_clip_text() -> str:
+    special = sorted({(update_rule(TrainConfig(extra_stages=AGENTS[agent][0])).max_grad_norm, agent)
+                      for agent in agents_replacing_update()})
+    by_clip: dict = {}
+    for clip, agent in special:
+        by_clip.setdefault(clip, []).append(agent)
+    return "auto: " + "".join(f"{clip:g} for --agent {', '.join(agents)}, " for clip, agents in by_clip.items()) + \
+        f"{'else ' if by_clip else ''}{PPO_GRAD_CLIP}"
 
 
-def _env_default_text(name: str) -> str:
-    return env_defaults_text(name, ENV_DEFAULTS, FALLBACK_DEFAULTS)
+def _env_default_text(name: str):
+    """--help's default of an env-dependent option, read when --help is built (the env families declare theirs on
+    import, after this module's classes are made)."""
+    return lambda: f"auto: {env_defaults_text(name, ENV_DEFAULTS, FALLBACK_DEFAULTS)}"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -179,7 +114,7 @@ class EnvConfig:
     total_timesteps: int = field(default=1_000_000, metadata={"parse": "number"})
     """env steps to train for; accepts 1e8"""
     env_params: tuple[str, ...] | None = field(default=None, metadata={
-        "parse": "csv", "metavar": "NAME=VALUE,...", "default_text": f"auto: {_env_default_text('env_params')}"})
+        "parse": "csv", "metavar": "NAME=VALUE,...", "default_text": _env_default_text('env_params')})
     """the training env's parameters, e.g. distance_coef=0,curriculum_share=0.5 (HackMatrix's or gymnax's
     EnvParams fields, jumanji's make() arguments); a list given replaces the env family's default list ('' for
     none: HackMatrix's rules' reward). Evaluations play the env's defaults, so runs with different values are
@@ -209,20 +144,20 @@ class PPOConfig:
     """PPO ratio clip"""
     vf_coef: float = 0.5
     """value loss weight"""
-    ent_coef: float | None = field(default=None, metadata={"default_text": f"auto: {_env_default_text('ent_coef')}"})
+    ent_coef: float | None = field(default=None, metadata={"default_text": _env_default_text('ent_coef')})
     """entropy bonus weight (at the first update, with --ent-coef-final)"""
     ent_coef_final: float | None = field(default=None, metadata={"default_text": "none: --ent-coef throughout"})
     """entropy bonus weight at the end of the run: the weight moves linearly from --ent-coef to this over the
     updates, as --anneal-lr moves the learning rate (data, like --ent-coef: sweep points share one program)"""
-    max_grad_norm: float | None = field(default=None, metadata={
-        "default_text": f"auto: {DREAMER_GRAD_CLIP:g} for the dreamer agents, else {PPO_GRAD_CLIP}"})
+    max_grad_norm: float | None = field(default=None, metadata={"default_text": lambda: _grad_clip_text()})
     """global gradient-norm clip"""
     normalize_advantages: bool = True
     """normalise advantages per minibatch"""
     clip_value_loss: bool = True
     """clip the value loss like the policy ratio"""
     teacher: str | None = field(default=None, metadata={
-        "default_text": f"auto: {_env_default_text('teacher')}; none with the dreamer agents"})
+        "default_text": lambda: f"{_env_default_text('teacher')()}; none with --agent "
+                                f"{', '.join(agents_replacing_update())}"})
     """a scripted policy of the env to learn from (kickstarting; HackMatrix: exit-rush, exit-rush-siphon,
     exit-rush-safe, exit-rush-deep, exit-rush-programs, exit-rush-collector; none: no teacher): the loss adds
     --teacher-coef x the cross-entropy from the teacher's action, on the rollout's own states, to PPO's; its
@@ -230,7 +165,7 @@ class PPOConfig:
     teacher_coef: float = 5.0
     """weight of the teacher's cross-entropy at the first update (data: sweep points share one program)"""
     teacher_fraction: float | None = field(default=None, metadata={
-        "default_text": f"auto: {_env_default_text('teacher_fraction')}"})
+        "default_text": _env_default_text('teacher_fraction')})
     """share of the run over which the teacher's weight falls to 0 (1: it reaches 0 at the last update)"""
     scale_rewards: bool = False
     """divide rewards by a running std of each env's discounted return before GAE (for envs with large or
@@ -241,7 +176,7 @@ class PPOConfig:
 class NetworkConfig:
     """network"""
 
-    hidden_dim: int | None = field(default=None, metadata={"default_text": f"auto: {_env_default_text('hidden_dim')}"})
+    hidden_dim: int | None = field(default=None, metadata={"default_text": _env_default_text('hidden_dim')})
     """MLP width"""
     num_layers: int = 2
     """MLP hidden layers"""
@@ -257,7 +192,7 @@ class NetworkConfig:
     pools them by --salience-heads learned attention heads into a few vectors (the DTC design's salience
     pooling); mlp feeds the flat observation; auto = the env family's encoder in ENV_DEFAULTS where the env
     declares what it needs (ego for hackmatrix; mlp with the dreamer agents), else mlp"""
-    cell_dim: int | None = field(default=None, metadata={"default_text": f"auto: {_env_default_text('cell_dim')}"})
+    cell_dim: int | None = field(default=None, metadata={"default_text": _env_default_text('cell_dim')})
     """per-cell embedding width of the cells, ego and salience encoders"""
     salience_heads: int = 4
     """pooling heads of the salience encoder (its output: flat features + heads x cell-dim)"""
@@ -369,14 +304,14 @@ class TrainConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
-    agent: Literal[tuple(AGENTS)] = "ppo"
+    agent: str = field(default="ppo", metadata={"choices": lambda: tuple(AGENTS)})
     """ppo: plain PPO; dtc: world-model ensemble + dual-timescale intrinsic reward; disagreement: dtc with
     competence off (ensemble disagreement alone); rnd: Random Network Distillation; count: tabular count bonus on
     the next observation (small discrete envs); episodic: Never Give Up's episodic bonus (k nearest neighbours in
     this episode's memory); dreamer, dreamer-dtc: actor-critic learning in a world model's imagination. Its stages
     go first in --extra-stages"""
     extra_stages: tuple[str, ...] = field(default=(), metadata={"parse": "csv", "default_text": "none"})
-    """comma-separated extra pipeline stages (registered in stages.py), e.g. reward_bonus"""
+    """comma-separated extra pipeline stages (registered by the agent families, core/stages.py), e.g. reward_bonus"""
     stages: StageOptions = field(default_factory=StageOptions)
     run: RunConfig = field(default_factory=RunConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -458,6 +393,8 @@ class Option:
     def kind(self) -> tuple[str, tuple]:
         """("int" | "float" | "bool" | "str" | "tuple", choices) with Optional stripped."""
         t = self.bare_type
+        if "choices" in self.metadata:  # choices declared elsewhere (--agent: the registered agents)
+            return "str", tuple(self.metadata["choices"]())
         if typing.get_origin(t) is Literal:
             return "str", typing.get_args(t)
         if typing.get_origin(t) is tuple:
@@ -476,7 +413,8 @@ class Option:
 
     def default_text(self) -> str:
         if "default_text" in self.metadata:
-            return self.metadata["default_text"]
+            text = self.metadata["default_text"]
+            return text() if callable(text) else text
         if isinstance(self.default, bool):
             if self.metadata.get("values") == "01":
                 return str(int(self.default))
@@ -504,32 +442,6 @@ class Option:
         if kind == "float":
             return float(value)
         return tuple(value) if kind == "tuple" else value
-
-
-def number_text(text: str, whole: bool):
-    """1e8 -> 100000000 (whole numbers for int options), 3e-4 -> 0.0003; anything else is returned unchanged (and
-    then refused by the type check). Also reads env parameters (envs/registry.py) by their fields' types."""
-    try:
-        value = float(text.replace("_", ""))
-    except ValueError:
-        return text
-    if not math.isfinite(value) or (whole and value != int(value)):
-        return text
-    return int(value) if whole else value
-
-
-def parse_untyped(text: str):
-    """A value whose type is not declared (a sweep's grid value, a jumanji make() argument): "0.01" -> 0.01,
-    "64" -> 64, "1e-3" -> 0.001, "relu" -> "relu", "true" -> True."""
-    low = text.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        number = float(text)
-    except ValueError:
-        return text.strip()
-    whole = math.isfinite(number) and number == int(number) and not any(c in low for c in ".e")
-    return int(number) if whole else number
 
 
 def _field_docs(cls) -> dict[str, str]:
@@ -621,21 +533,24 @@ def auto_scale_for_batch_size(num_envs: int, num_steps: int) -> tuple[int, int]:
 def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
     """Settle every auto option and validate. Returns the resolved config and a one-line note for the console.
 
-    Settled here, in this order: the agent's stages and its values of auto options (AGENTS, then
-    AGENT_AUTO_FALLBACKS), the env family's defaults (ENV_DEFAULTS, and for the dreamers dtc/options.py's
-    DREAMER_ENV_DEFAULTS), the gradient clip
-    by agent (PPO_GRAD_CLIP, DREAMER_GRAD_CLIP), minibatches and
-    epochs (auto_scale_for_batch_size), the run name, and, given `env_spec` (envs.adapters.EnvSpec), the encoder
-    and the observation storage dtype (resolve_for_env). Idempotent: a resolved config resolves to itself."""
-    config = fill_auto(agent_config(config, config.agent), AGENT_AUTO_FALLBACKS)
+    Settled here, in this order: the agent's stages and its values of auto options (config.registry's AGENTS),
+    the values the agent families settle themselves (register_auto: DTC's ensemble, the dreamer's env-dependent
+    settings), the env family's defaults (ENV_DEFAULTS, declared by the env families), the gradient clip (PPO's,
+    or the UpdateRule of a stage that replaces the PPO update), minibatches and epochs
+    (auto_scale_for_batch_size), the run name. The encoder and the observation storage dtype need the env: given
+    `env_spec` (envs.adapters.EnvSpec), `resolve_env` (core/ppo.py's resolve_for_env) settles them. Idempotent: a
+    resolved config resolves to itself."""
+    config = agent_config(config, config.agent)
+    for _, values, _ in AUTO_VALUES:
+        config = fill_auto(config, values(config))
     defaults = env_defaults(config.env.name)
     config = fill_auto(config, {name: defaults[name]
                                 for name in ("ent_coef", "hidden_dim", "teacher_fraction", "cell_dim", "env_params")})
-    config = fill_auto(config, dreamer_defaults(config.env.name, learns_by_dreaming(config)))
-    if config.ppo.teacher is None:  # the dreamers replace the PPO update, whose loss the teacher joins
-        config = config.replace(teacher=NO_TEACHER if learns_by_dreaming(config) else defaults["teacher"])
+    rule = update_rule(config)
+    if config.ppo.teacher is None:  # a stage that replaces the PPO update leaves no loss for the teacher to join
+        config = config.replace(teacher=NO_TEACHER if rule else defaults["teacher"])
     if config.ppo.max_grad_norm is None:
-        config = config.replace(max_grad_norm=DREAMER_GRAD_CLIP if learns_by_dreaming(config) else PPO_GRAD_CLIP)
+        config = config.replace(max_grad_norm=rule.max_grad_norm if rule else PPO_GRAD_CLIP)
     if config.run.log_interval is None:
         work = config.batch_size * config.run.num_seeds  # not positive: validate below names the bad flag
         config = config.replace(log_interval=max(1, min(config.num_updates, AUTO_CHUNK_ENV_STEPS // work))
@@ -664,21 +579,14 @@ def resolve(config: TrainConfig, env_spec=None) -> tuple[TrainConfig, str]:
         env_tag = config.env.name.replace(":", "-").replace("/", "-")
         seed, n = config.run.seed, config.run.num_seeds
         config = config.replace(run_name=f"{env_tag}_s{seed}" if n == 1 else f"{env_tag}_s{seed}-{seed + n - 1}")
-    if config.run.num_seeds > 1 and len(set(config.stages.dreamer.horizons)) > 1 and learns_by_dreaming(config):
-        # lax.switch under vmap with a per-seed index becomes a select over every branch's result
-        lengths = sorted(set(config.stages.dreamer.horizons))
-        note = "; ".join(filter(None, [note, (
-            f"--dreamer-horizons with --num-seeds {config.run.num_seeds}: the vmapped seeds each choose a length, so "
-            f"every dream runs all {len(lengths)} lengths ({'+'.join(map(str, lengths))} = {sum(lengths)} steps) and "
-            f"keeps its own; results are each seed's, the saving is lost: run one seed per process to save compute")]))
+    note = "; ".join(filter(None, [note, *(family_note(config) for family_note in RESOLVE_NOTES)]))
     if env_spec is not None:
         config = resolve_for_env(config, env_spec)
     return config, note
 
 
-def resolve_for_env(config: TrainConfig, env_spec) -> TrainConfig:
-    """The part of `resolve` that needs the env (`env_spec`: envs.adapters.EnvSpec): the encoder and the observation
-    storage dtype. make_train calls it with the env it builds (entry points resolve before any env exists)."""
+def check_settled(config: TrainConfig) -> None:
+    """ConfigError naming the auto options `resolve` has not settled yet (what needs the env comes after it)."""
     unsettled = [name for name, value in (("ent_coef", config.ppo.ent_coef), ("hidden_dim", config.network.hidden_dim),
                                           ("teacher_fraction", config.ppo.teacher_fraction),
                                           ("cell_dim", config.network.cell_dim), ("env_params", config.env.env_params),
@@ -686,12 +594,22 @@ def resolve_for_env(config: TrainConfig, env_spec) -> TrainConfig:
                                           ("num_minibatches", config.ppo.num_minibatches),
                                           ("update_epochs", config.ppo.update_epochs),
                                           ("log_interval", config.run.log_interval),
-                                          *((name, options()[name].get(config))
-                                            for name in (*AGENT_AUTO_FALLBACKS, *DREAMER_FALLBACK_DEFAULTS)))
+                                          *((name, options()[name].get(config)) for name in auto_names()))
                   if value is None]
     if unsettled:
-        raise ConfigError(f"{', '.join(unsettled)} not settled: resolve(config) first (config.py)")
-    return config.replace(encoder=resolve_encoder(config, env_spec), obs_dtype=resolve_obs_dtype(config, env_spec))
+        raise ConfigError(f"{', '.join(unsettled)} not settled: resolve(config) first (config/train_config.py)")
+
+
+def resolve_for_env(config: TrainConfig, env_spec) -> TrainConfig:
+    """The part of `resolve` that needs the env (`env_spec`: envs.adapters.EnvSpec): the encoder and the observation
+    storage dtype, settled by what the core declared (core/networks.py, which owns the encoders). make_train calls
+    it with the env it builds (entry points resolve before any env exists)."""
+    check_settled(config)
+    if not ENV_SETTLERS:
+        raise RuntimeError("nothing settles the options that need the env: import hephaestus.core.networks")
+    for settle in ENV_SETTLERS:
+        config = settle(config, env_spec)
+    return config
 
 
 def has_teacher(config: TrainConfig) -> bool:
@@ -699,18 +617,12 @@ def has_teacher(config: TrainConfig) -> bool:
     return config.ppo.teacher not in (None, "", NO_TEACHER)
 
 
-def learns_by_dreaming(config: TrainConfig) -> bool:
-    """Whether the dreamer's stage takes the place of the PPO update (--agent dreamer, dreamer-dtc)."""
-    return any(name in DREAMER_STAGES for name in config.extra_stages)
-
-
 def update_summary(config: TrainConfig) -> str:
     """What learns in one update, for the run's header and the benchmarks: PPO's minibatches x epochs, or, where the
     dreamer replaces the PPO update, its world-model and imagination gradient steps."""
-    if learns_by_dreaming(config):
-        wm_steps = config.stages.dtc.wm_steps(config.batch_size)
-        return (f"dreamer: {wm_steps} world-model + {config.stages.dreamer.ac_steps(wm_steps)} imagination steps per "
-                "update")
+    rule = update_rule(config)
+    if rule is not None:
+        return rule.summary(config)
     return f"{config.ppo.num_minibatches} minibatches x {config.ppo.update_epochs} epochs"
 
 
@@ -720,9 +632,8 @@ def agent_config(config: TrainConfig, agent: str) -> TrainConfig:
     if agent not in AGENTS:
         raise ConfigError(f"unknown agent {agent!r}; choose from {', '.join(AGENTS)}")
     stages, values = AGENTS[agent]
-    if agent == "disagreement" and config.stages.dtc.competence_coef not in (None, 0.0):
-        raise ConfigError(f"--agent disagreement is dtc with competence off; --dtc-competence-coef "
-                          f"{config.stages.dtc.competence_coef:g} needs --agent dtc")
+    if agent in AGENT_CHECKS:
+        AGENT_CHECKS[agent](config)
     extra = config.extra_stages
     if not set(stages) <= set(extra):
         extra = tuple(stages) + tuple(s for s in extra if s not in stages)
@@ -733,51 +644,6 @@ def fill_auto(config: TrainConfig, values: dict) -> TrainConfig:
     """`config` with the options `values` names set to its values where they are still auto (None)."""
     table = options()
     return config.replace(**{name: value for name, value in values.items() if table[name].get(config) is None})
-
-
-def undeclared_structure(encoder: str, spec) -> str | None:
-    """What `encoder` reads that the env (`spec`) does not declare, or None: obs_cells for the encoders of cells,
-    and obs_board as well for ego (the network's --encoder, and the world model's --dtc-encoder ego)."""
-    if encoder in CELL_ENCODERS and not getattr(spec, "obs_cells", None):
-        return "obs_cells (flat, cells, channels)"
-    if encoder == "ego" and not getattr(spec, "obs_board", None):
-        return "obs_board (rows, cols, row_feature, col_feature)"
-    return None
-
-
-def resolve_encoder(config: TrainConfig, spec) -> str:
-    """The encoder for this env (`spec`: envs.adapters.EnvSpec), "auto" settled. Raises ConfigError for an
-    encoder of cells on an env that does not declare its cell structure (ego: and its board layout)."""
-    encoder = config.network.encoder
-    if encoder == "auto":  # the env family's default (ENV_DEFAULTS), where the env declares what it reads
-        # The dreamers' actor also reads decoded (imagined) observations, whose player features are not exact
-        # cell coordinates: they keep the MLP they were measured with.
-        default = "mlp" if learns_by_dreaming(config) else env_defaults(config.env.name)["encoder"]
-        return "mlp" if undeclared_structure(default, spec) else default
-    missing = undeclared_structure(encoder, spec)
-    if missing:
-        fallback = "cells or mlp" if missing.startswith("obs_board") else "mlp"
-        raise ConfigError(f"--encoder {encoder} needs an env that declares {missing}; {config.env.name} does not "
-                          f"(use --encoder {fallback})")
-    return encoder
-
-
-def resolve_obs_dtype(config: TrainConfig, spec) -> str:
-    """"float32", "bfloat16" or "uint8": how the rollout stores observations (obs_storage.py)."""
-    quantised = getattr(spec, "obs_quanta", None) is not None
-    # DTC's world model and replay, RND and the count bonus read the batch's observations as floats.
-    reads_obs = any(name in OBS_READING_STAGES for name in config.extra_stages)
-    obs_dtype = config.network.obs_dtype
-    if obs_dtype == "uint8":
-        if not quantised:
-            raise ConfigError(f"--obs-dtype uint8 needs an env that declares obs_quanta; {config.env.name} does not "
-                              "(use float32 or bfloat16)")
-        if reads_obs:
-            raise ConfigError("--obs-dtype uint8 cannot be used with --agent dtc, disagreement, rnd, count or the dreamers (they "
-                              "read float observations); use float32 or bfloat16")
-    if obs_dtype != "auto":
-        return obs_dtype
-    return "uint8" if quantised and not reads_obs else "float32"
 
 
 def validate(config: TrainConfig) -> None:

@@ -256,7 +256,7 @@ class Evaluator:
         one per seed with several), or None for the env's default."""
         import jax
 
-        from hephaestus.run.sinks import combine_seeds
+        from hephaestus.core.sinks import combine_seeds
 
         seeds = self.num_seeds > 1
         self._stored_program(params, key, instance)
@@ -312,7 +312,7 @@ def write_eval_json(path: str, metrics: dict, raw: dict, info: dict) -> str:
     """eval.json: what was evaluated (`info`), the metrics, and per episode its return, length, whether it
     finished, and each of the env's episode statistics under `stats` (e.g. HackMatrix's `program_UNDO`: how many
     UNDOs that game played), so a rate can be broken down by game; one list per seed for a --num-seeds run."""
-    from hephaestus.run.sinks import json_clean
+    from hephaestus.core.sinks import json_clean
 
     episodes = {prefix: {"return": np.asarray(out["return"], float).tolist(),
                          "length": np.asarray(out["length"], int).tolist(),
@@ -333,7 +333,7 @@ def append_eval_curve(path: str, metrics: dict, info: dict) -> str:
     plot_runs.py reads as a run's records, so evaluations of a run's kept checkpoints draw a greedy learning curve.
     Over several evaluation seeds the record holds their means; the per-seed values go under `per_eval_seed`,
     not `per_seed`, which plot_runs reads as training seeds (the band of a curve)."""
-    from hephaestus.run.sinks import JsonlSink  # metrics.jsonl's writer: appends, never onto a line cut short
+    from hephaestus.core.sinks import JsonlSink  # metrics.jsonl's writer: appends, never onto a line cut short
 
     record = {**info, **{k: v for k, v in metrics.items() if k != "per_seed"}}
     if "per_seed" in metrics:

@@ -35,7 +35,68 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hephaestus.config.train_config import CELL_ENCODERS, resolve_encoder, resolve_obs_dtype
+from hephaestus.config.registry import (ConfigError, env_defaults, learns_by_dreaming, obs_reading_stages,
+                                       register_env_settler)
+
+CELL_ENCODERS = ("cells", "salience", "ego")  # the encoders that read an env's obs_cells (ego: and obs_board)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The encoder and the observation storage an env allows: `--encoder auto` and `--obs-dtype auto` settled (the part of
+# config.resolve that needs the env; registered below, config.resolve_for_env runs it).
+
+
+def undeclared_structure(encoder: str, spec) -> str | None:
+    """What `encoder` reads that the env (`spec`) does not declare, or None: obs_cells for the encoders of cells,
+    and obs_board as well for ego (the network's --encoder, and the world model's --dtc-encoder ego)."""
+    if encoder in CELL_ENCODERS and not getattr(spec, "obs_cells", None):
+        return "obs_cells (flat, cells, channels)"
+    if encoder == "ego" and not getattr(spec, "obs_board", None):
+        return "obs_board (rows, cols, row_feature, col_feature)"
+    return None
+
+
+def resolve_encoder(config, spec) -> str:
+    """The encoder for this env (`spec`: envs.adapters.EnvSpec), "auto" settled. Raises ConfigError for an
+    encoder of cells on an env that does not declare its cell structure (ego: and its board layout)."""
+    encoder = config.network.encoder
+    if encoder == "auto":  # the env family's default (config.registry's ENV_DEFAULTS), where the env declares it
+        # The dreamers' actor also reads decoded (imagined) observations, whose player features are not exact
+        # cell coordinates: they keep the MLP they were measured with.
+        default = "mlp" if learns_by_dreaming(config) else env_defaults(config.env.name)["encoder"]
+        return "mlp" if undeclared_structure(default, spec) else default
+    missing = undeclared_structure(encoder, spec)
+    if missing:
+        fallback = "cells or mlp" if missing.startswith("obs_board") else "mlp"
+        raise ConfigError(f"--encoder {encoder} needs an env that declares {missing}; {config.env.name} does not "
+                          f"(use --encoder {fallback})")
+    return encoder
+
+
+def resolve_obs_dtype(config, spec) -> str:
+    """"float32", "bfloat16" or "uint8": how the rollout stores observations (obs_storage.py)."""
+    quantised = getattr(spec, "obs_quanta", None) is not None
+    # stages that read the batch's observations as floats (DTC's world model and replay, RND, the count bonus, ...)
+    reads_obs = any(name in obs_reading_stages() for name in config.extra_stages)
+    obs_dtype = config.network.obs_dtype
+    if obs_dtype == "uint8":
+        if not quantised:
+            raise ConfigError(f"--obs-dtype uint8 needs an env that declares obs_quanta; {config.env.name} does not "
+                              "(use float32 or bfloat16)")
+        if reads_obs:
+            raise ConfigError("--obs-dtype uint8 cannot be used with --agent dtc, disagreement, rnd, count or the dreamers (they "
+                              "read float observations); use float32 or bfloat16")
+    if obs_dtype != "auto":
+        return obs_dtype
+    return "uint8" if quantised and not reads_obs else "float32"
+
+
+def settle_for_env(config, spec):
+    """`config` with its encoder and observation storage dtype settled for the env `spec`."""
+    return config.replace(encoder=resolve_encoder(config, spec), obs_dtype=resolve_obs_dtype(config, spec))
+
+
+register_env_settler(settle_for_env)
 
 
 # Finite, so masked entries give exp() == 0 exactly and 0 * logit stays 0 (−inf would make NaNs).

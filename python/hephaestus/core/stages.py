@@ -3,7 +3,7 @@
     rollout -> [extra stages after "rollout"] -> advantage -> [extra stages after "advantage"] -> ppo_update
             -> [extra stages after "ppo_update"]
 
-An extra stage may take the place of core stages (`Stage.replaces`): the dreamer (dtc/dreamer.py) replaces
+An extra stage may take the place of core stages (`Stage.replaces`): the dreamer (agents/dreamer/) replaces
 `advantage` and `ppo_update`, so `--agent dreamer` is rollout -> dreamer.
 
 Every stage has the same shape:
@@ -26,16 +26,20 @@ Every stage has the same shape:
 
 A stage never reads another stage's `stage_state`; it communicates only through the batch. Extra stages are
 registered by name with `register_stage` and selected by `TrainConfig.extra_stages`, so adding one edits
-neither the PPO code nor the loop.
+neither the PPO code nor the loop. The agent families (hephaestus/agents/) register theirs; a family's stages
+import jax, so its package declares them with `stage_loader` (the module that registers them, imported when a run
+first builds one of them) and the command line starts without jax.
+
+No jax is imported here at module level: the agent families import this module when the command line starts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import jax
-import jax.numpy as jnp
+if TYPE_CHECKING:
+    import jax
 
 # Keys of the batch as the core stages write them. Shapes: [T, N] unless noted.
 BATCH_KEYS = {
@@ -87,6 +91,7 @@ class StageContext:
 
 
 _REGISTRY: dict[str, Callable[[StageContext], Stage]] = {}
+_LOADERS: dict[str, Callable[[], None]] = {}
 
 
 def register_stage(name: str):
@@ -99,26 +104,33 @@ def register_stage(name: str):
     return wrap
 
 
+def stage_loader(*names: str):
+    """Decorator: `load()` imports the module whose `register_stage` registers the stages `names` (an agent family's
+    package declares its stages so, without importing jax until a run builds one)."""
+
+    def wrap(load):
+        for name in names:
+            _LOADERS[name] = load
+        return load
+
+    return wrap
+
+
 def registered_stages() -> tuple[str, ...]:
-    _load_builtin_stages()
-    return tuple(sorted(_REGISTRY))
+    return tuple(sorted(set(_REGISTRY) | set(_LOADERS)))
 
 
-def _load_builtin_stages():
-    # Stage packages register themselves on import; importing here keeps the registry complete
-    # without the PPO module knowing about any of them.
-    import importlib
-
-    for module in ("hephaestus.agents.dtc.agent", "hephaestus.agents.dreamer.dreamer", "hephaestus.agents.bonus.stages", "hephaestus.agents.normalization.stages"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name is None or not module.startswith(err.name):
-                raise
+def stage_factory(name: str) -> Callable[[StageContext], Stage]:
+    """The registered factory of stage `name` (its module loaded first, where a family declared a loader)."""
+    if name not in _REGISTRY and name in _LOADERS:
+        _LOADERS[name]()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown stage {name!r}; registered: {', '.join(registered_stages()) or 'none'}")
+    return _REGISTRY[name]
 
 
 def option_stages(config) -> tuple[str, ...]:
-    """The stages that options switch on (normalization.py): --scale-rewards adds `reward_scale` and
+    """The stages that options switch on (agents/normalization/): --scale-rewards adds `reward_scale` and
     --normalize-obs adds `obs_norm`. Reward scaling comes before any other stage after the rollout, so intrinsic
     rewards are added to the scaled extrinsic reward."""
     return (("reward_scale",) if config.ppo.scale_rewards else ()) + (("obs_norm",) if config.network.normalize_obs
@@ -128,12 +140,9 @@ def option_stages(config) -> tuple[str, ...]:
 def extra_stages(ctx: StageContext) -> list[Stage]:
     """The extra stages: those options switch on (`option_stages`), then the configured ones
     (`TrainConfig.extra_stages`), built by their registered factories."""
-    _load_builtin_stages()
     extras = []
     for name in option_stages(ctx.config) + tuple(ctx.config.extra_stages):
-        if name not in _REGISTRY:
-            raise ValueError(f"unknown stage {name!r}; registered: {', '.join(sorted(_REGISTRY)) or 'none'}")
-        stage = _REGISTRY[name](ctx)
+        stage = stage_factory(name)(ctx)
         if stage.after not in CORE_STAGES:
             raise ValueError(f"stage {name!r} must follow one of {', '.join(CORE_STAGES)}, not {stage.after!r}")
         extras.append(stage)
@@ -163,15 +172,3 @@ def add_intrinsic(batch, bonus):
     """The batch's `intrinsic_reward` with `bonus` added: the sum of the bonuses of every exploration stage so far,
     each of which also adds its bonus to `reward` (what the intrinsic_critic stage takes back out)."""
     return batch["intrinsic_reward"] + bonus if "intrinsic_reward" in batch else bonus
-
-
-@register_stage("reward_bonus")
-def reward_bonus_stage(ctx: StageContext) -> Stage:
-    """Adds a constant to every reward. Useful as a template and as a check that stages compose."""
-    bonus = float(ctx.config.stages.reward_bonus.scale)
-
-    def apply(key, train_state, batch, state):
-        batch = {**batch, "reward": batch["reward"] + jnp.float32(bonus)}
-        return train_state, batch, state, {"reward_bonus/bonus": jnp.float32(bonus)}
-
-    return Stage(name="reward_bonus", apply=apply)

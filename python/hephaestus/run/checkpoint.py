@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hephaestus.agents.dtc.options import DREAMER_FALLBACK_DEFAULTS
+from hephaestus.config.registry import STORED_DEFAULTS
 
 STATE, META = "state", "meta"
 EPISODE_STAT_PREFIX = "stages.rollout.episode_stats."  # where the running episode statistics live in the state
@@ -194,10 +194,9 @@ FORMAT = "hephaestus-checkpoint-v1"
 # update_epochs were stored resolved beside them; stage_options became the stage families' own options).
 RETIRED_OPTIONS = ("user_set_minibatches", "user_set_epochs", "stage_options")
 # What an option means when a checkpoint predates it: runs before --encoder/--obs-dtype were float32 MLPs, runs
-# before --teacher had none (HackMatrix's default teacher must not join a resumed older run), world models before
-# --dtc-encoder read the flat observation (and the dreamer options' values before they had env defaults are
-# DREAMER_FALLBACK_DEFAULTS, which stored configs since then hold anyway).
-STORED_CONFIG_DEFAULTS = {"encoder": "mlp", "obs_dtype": "float32", "teacher": "none", **DREAMER_FALLBACK_DEFAULTS}
+# before --teacher had none (HackMatrix's default teacher must not join a resumed older run); the agent families
+# declare theirs (config.registry's STORED_DEFAULTS: world models before --dtc-encoder read the flat observation, ...).
+STORED_CONFIG_DEFAULTS = {"encoder": "mlp", "obs_dtype": "float32", "teacher": "none"}
 
 
 def check_saved_config(where: str, meta: dict) -> None:
@@ -218,7 +217,7 @@ def stored_config(values: dict, where: str):
     the error line."""
     from hephaestus.config.train_config import from_flat_dict
 
-    return from_flat_dict({**STORED_CONFIG_DEFAULTS, **values}, where, ignore=RETIRED_OPTIONS)
+    return from_flat_dict({**STORED_CONFIG_DEFAULTS, **STORED_DEFAULTS, **values}, where, ignore=RETIRED_OPTIONS)
 
 
 def config_of(ckpt: "Checkpoint"):
@@ -485,7 +484,7 @@ class Checkpointer:
         from hephaestus import __version__
 
         config = self.trainer.config
-        from hephaestus.run.sinks import json_clean
+        from hephaestus.core.sinks import json_clean
 
         clean = json_clean(dict(record or {}))
         return {"format": FORMAT, "version": __version__, "env": config.env.name, "network": self.network,

@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol
 import jax
 import numpy as np
 
-from hephaestus.run.sinks import HealthMonitor, chunk_reduce, seeds_reduce
+from hephaestus.core.sinks import HealthMonitor, chunk_reduce, seeds_reduce
 
 
 class TrainingError(RuntimeError):

@@ -144,7 +144,7 @@ def prepare_run(config, trainer, run_dir: str, resume: Checkpoint | None = None,
             message(f"resume: update {start} of {config.num_updates} from {resume.path}"
                     + (f" (dropped {dropped} metrics.jsonl records past it; they are recomputed)" if dropped else ""))
 
-    from hephaestus.run.sinks import TensorBoardSink, WandbSink, wandb_mode
+    from hephaestus.core.sinks import TensorBoardSink, WandbSink, wandb_mode
 
     sinks = []
     wandb_sink = None

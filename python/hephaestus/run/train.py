@@ -77,7 +77,7 @@ def _train(config, note, resume, run_dir, main_process, watchdog) -> int:
     from hephaestus.core.ppo import make_train
     from hephaestus.envs import episode_stats
     from hephaestus.core.evaluation import final_evaluation
-    from hephaestus.run.sinks import ConsoleSink, JsonlSink
+    from hephaestus.core.sinks import ConsoleSink, JsonlSink
 
     from hephaestus.run.checkpoint import CheckpointError
     from hephaestus.run.run_setup import check_run_dir, prepare_run

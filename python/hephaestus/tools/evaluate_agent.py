@@ -76,7 +76,7 @@ def over_seeds(results: list[tuple[dict, dict]]) -> tuple[dict, dict]:
     import jax
     import numpy as np
 
-    from hephaestus.run.sinks import combine_seeds
+    from hephaestus.core.sinks import combine_seeds
 
     raws = [raw for _, raw in results]
     raw = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *raws)

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hephaestus.config.train_config import (DATA_HYPERPARAMETERS, ConfigError, TrainConfig, env_params_of, options,
-                               overlay_env_params, parse_untyped, resolve)
+                                            overlay_env_params, resolve)
+from hephaestus.config.values import parse_untyped
 from hephaestus.core.export import network_meta, point_text, save_params_npz
 
 # The final training metrics the results report (mean and std over seeds), plus every eval/ and episode/ key a run
@@ -177,7 +178,7 @@ def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog
     from hephaestus.core.evaluation import final_evaluation
     from hephaestus.run.loop import run
     from hephaestus.core.ppo import make_train
-    from hephaestus.run.sinks import ConsoleSink, JsonlSink
+    from hephaestus.core.sinks import ConsoleSink, JsonlSink
 
     agents = len(group.points) * seeds
     trainer = make_train(config)

@@ -343,7 +343,7 @@ class Player:
 # ------------------------------------------------------------------------------------------------ captions
 def captioned(img: np.ndarray, caption: str) -> np.ndarray:
     """The frame with a caption bar on top (drawn with the built-in bitmap font)."""
-    from hephaestus.tools.bitmap_font import draw_text_np
+    from hephaestus.envs.bitmap_font import draw_text_np
 
     img = np.asarray(img, np.uint8)
     bar = np.zeros((CAPTION_H, img.shape[1], 3), np.uint8)

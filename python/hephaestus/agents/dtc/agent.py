@@ -26,7 +26,9 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from hephaestus.config.train_config import DTC_STAGES, ConfigError, undeclared_structure
+from hephaestus.agents.dtc.options import DTC_STAGES
+from hephaestus.config.registry import ConfigError
+from hephaestus.core.networks import undeclared_structure
 from hephaestus.agents.dtc import intrinsic as intr
 from hephaestus.agents.dtc import replay as rp
 from hephaestus.agents.dtc import rssm
