@@ -192,7 +192,7 @@ PUREJAXRL_CONFIG = {"LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMEST
                     "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh", "ENV_NAME": "CartPole-v1",
                     "ANNEAL_LR": True, "DEBUG": False}
 # The same run through our training script (its defaults already match: lr, gamma, lambda, clip, ent/vf coef, max
-# grad norm, tanh, lr annealing, 2 x 64 for CartPole through config.ENV_DEFAULTS).
+# grad norm, tanh, lr annealing, 2 x 64 for CartPole through the gymnax family's training defaults, envs/registry.py).
 OURS_ARGS = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "128", "--total-timesteps", "5e5",
              "--num-minibatches", "4", "--update-epochs", "4", "--hidden-dim", "64", "--no-wandb"]
 

@@ -4,14 +4,14 @@
     env: {name: gymnax:CartPole-v1, num_envs: 4}
     ppo: {lr: 2.5e-4}
     network: {hidden_dim: 64}
-    stages: {dtc: {seq_len: 8}}  # a stage family's options (stage_options.py)
+    stages: {dtc: {seq_len: 8}}  # a stage family's options (its agents/<family>/ folder)
     agent: dtc
 
 `--config NAME` with a bare name is the preset configs/NAME.yaml of this repository, and a relative path that does
 not exist from the current directory is looked up from the repository's root (so the documented
 `--config configs/cartpole.yaml` works from any directory).
 
-Keys are the dataclass fields (config.py), so a file reads like the config it builds. Values are type-checked.
+Keys are the dataclass fields (train_config.py), so a file reads like the config it builds. Values are type-checked.
 A bad file (unreadable, not YAML, an unknown key, a wrong type, a missing or circular base) is one ConfigError line.
 """
 

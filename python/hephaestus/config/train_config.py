@@ -8,7 +8,7 @@
     config.run       RunConfig       seeds, run folder, checkpoints, resume, devices
     config.logging   LoggingConfig   evaluation episodes, wandb, TensorBoard
     config.stages    one dataclass per stage family (DTC, RND, count, ...), registered by the family itself
-                     (stage_options.py): adding a stage option touches neither this file nor the PPO code
+                     (config/registry.py): adding a stage option touches neither this file nor the PPO code
     config.agent, config.extra_stages   which extra pipeline stages run
 
 Every option also has a flat name, unique across the tree (`num_envs`, `lr`, `dtc_seq_len`): the command line's
@@ -289,10 +289,10 @@ SECTIONS = {"env": EnvConfig, "ppo": PPOConfig, "network": NetworkConfig, "run":
 
 
 def _stage_options_class():
-    """One dataclass with a field per registered stage family (stage_options.py), each defaulting to its options."""
+    """One dataclass with a field per registered stage family (config/registry.py), each defaulting to its options."""
     fields = [(name, cls, field(default_factory=cls)) for name, cls in sorted(families().items())]
     cls = dataclasses.make_dataclass("StageOptions", fields, frozen=True)
-    cls.__doc__ = "options of the extra stage families (stage_options.py)"
+    cls.__doc__ = "options of the extra stage families (config/registry.py)"
     return cls
 
 

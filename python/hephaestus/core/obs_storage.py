@@ -28,7 +28,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ObsStorage:
-    dtype: str  # "float32", "bfloat16" or "uint8", as config.resolve_obs_dtype resolved --obs-dtype
+    dtype: str  # "float32", "bfloat16" or "uint8", as networks.resolve_obs_dtype resolved --obs-dtype
     quanta: tuple[float, ...] | None = None  # uint8 only: obs * quanta is an integer in 0..255
 
     def __post_init__(self):

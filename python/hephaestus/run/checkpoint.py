@@ -7,7 +7,7 @@ Layout of one run (`<checkpoint-dir>/<run-name>/`):
     metrics.jsonl            one record per chunk (appended by a resumed run)
     <update>/                one orbax checkpoint per save, named by the PPO update it was taken after
         state/               the whole RunnerState (params, optimizer, env states, keys, accumulators, counters)
-        meta/                JSON: the resolved config ({flat option name: value}, config.py), package version,
+        meta/                JSON: the resolved config ({flat option name: value}, config/train_config.py), package version,
                              env, network shape, update, env_steps, the last metrics record
     params_<update>.npz      the parameters beside each checkpoint, loadable with numpy alone (export.py)
                              (with --num-seeds S: every leaf of state/ and of the npz has a leading [S] seed axis,
