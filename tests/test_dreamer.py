@@ -17,7 +17,7 @@ from hephaestus.core import networks as nets
 from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
 from hephaestus.agents.dtc import rssm
 from hephaestus.agents.dreamer.dreamer import actor_critic_loss, dream, imagine_from_replay, lambda_returns
-from hephaestus.agents.dtc.options import DreamerOptions
+from hephaestus.agents.dreamer.options import DreamerOptions
 from hephaestus.core.stages import Stage, build_pipeline
 from train_cli import assert_same_params, main, resume_cut_back_copy
 

@@ -1,1 +1,1 @@
-"""The training job: command line, train entry, run folder, checkpoints, hooks, sinks, run lock, watchdog, host loop."""
+"""The training job: command line, train entry, run folder, checkpoints, training hooks, run lock, watchdog, the host loop that drives the compiled chunks."""
