@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 
-from hephaestus.entry_points import require_this_checkout
+from hephaestus.tools.entry_points import require_this_checkout
 
 HERE = os.path.dirname(os.path.abspath(__file__))  # benchmarks/: this file and the reference it times
 ROOT = os.path.dirname(HERE)
@@ -74,8 +74,8 @@ def time_chunks(run_chunk, state, steps_per_chunk):
 def case_config(env_name, num_envs, num_steps, updates_per_chunk, config_file=None, **overrides):
     """A bench_hephaestus case's TrainConfig, resolved (the agent's stages in place): what the case trains. With
     `config_file` (relative to the checkout), that file's options are the base the case's own settings override."""
-    from hephaestus.config import TrainConfig, resolve
-    from hephaestus.config_files import load_config_file
+    from hephaestus.config.train_config import TrainConfig, resolve
+    from hephaestus.config.files import load_config_file
 
     base = load_config_file(os.path.join(ROOT, config_file)) if config_file else TrainConfig()
     return resolve(base.replace(env=env_name, num_envs=num_envs, num_steps=num_steps, log_interval=updates_per_chunk,
@@ -85,9 +85,9 @@ def case_config(env_name, num_envs, num_steps, updates_per_chunk, config_file=No
 def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrides):
     import numpy as np
 
-    from hephaestus.config import update_summary
-    from hephaestus.loop import release_freed_memory
-    from hephaestus.ppo import make_train
+    from hephaestus.config.train_config import update_summary
+    from hephaestus.run.loop import release_freed_memory
+    from hephaestus.core.ppo import make_train
 
     config = case_config(env_name, num_envs, num_steps, updates_per_chunk, **overrides)
     t0 = time.perf_counter()
@@ -123,9 +123,9 @@ def bench_world_model_stage(env_name, num_envs, num_steps, updates_per_chunk, co
     import jax
     import jax.numpy as jnp
 
-    from hephaestus.config import resolve_for_env
-    from hephaestus.dtc import agent as dtc_agent
-    from hephaestus.dtc import rssm
+    from hephaestus.config.train_config import resolve_for_env
+    from hephaestus.agents.dtc import agent as dtc_agent
+    from hephaestus.agents.dtc import rssm
     from hephaestus.envs.registry import make_training_env
 
     # The config and env spec as make_train settles them, without building and compiling a whole fresh agent.
@@ -170,10 +170,10 @@ def bench_world_model_stage(env_name, num_envs, num_steps, updates_per_chunk, co
 def bench_reference(env_id, num_envs, num_steps, updates_per_chunk, hidden_dim, num_layers):
     import jax
 
-    from hephaestus.config import auto_scale_for_batch_size
+    from hephaestus.config.train_config import auto_scale_for_batch_size
     from hephaestus.envs.gymnax_import import import_gymnax
 
-    from hephaestus.entry_points import load_script
+    from hephaestus.tools.entry_points import load_script
 
     # benchmarks/ is not an installed package: load the reference implementation from its file beside this one
     make_reference_train = load_script(os.path.join(HERE, "purejaxrl_reference.py")).make_reference_train

@@ -45,9 +45,9 @@ def seeds_child() -> int:
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import jax
 
-    from hephaestus.config import TrainConfig, resolve
-    from hephaestus.compilation_cache import enable_compilation_cache
-    from hephaestus.ppo import make_train
+    from hephaestus.config.train_config import TrainConfig, resolve
+    from hephaestus.core.compilation_cache import enable_compilation_cache
+    from hephaestus.core.ppo import make_train
 
     enable_compilation_cache()
     config, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, total_timesteps=64 * 4,

@@ -1,4 +1,4 @@
-"""The pipeline's policy distributions (hephaestus.networks: distrax's, on masked logits) against the same
+"""The pipeline's policy distributions (hephaestus.core.networks: distrax's, on masked logits) against the same
 distributions written in plain jax, jitted, side by side in one process.
 
     python benchmarks/distributions.py                   # [4096, 30] masked categorical, [4096, 6] Gaussian
@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from hephaestus import networks as nets  # noqa: E402
+from hephaestus.core import networks as nets  # noqa: E402
 
 
 def plain_categorical_sample(key, logits, mask):
@@ -71,9 +71,9 @@ def gaussian_distrax(key, mean, log_std):
 def training_chunks(rounds: int, chunk: int = 20) -> None:
     """CartPole 4 x 128 training chunks compiled with the plain and the distrax categorical in one process,
     timed alternately (each run on a copy of the same state)."""
-    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.config.train_config import TrainConfig, resolve
     from hephaestus.envs.registry import make_training_env
-    from hephaestus.ppo import make_train
+    from hephaestus.core.ppo import make_train
 
     piped = {name: getattr(nets, name) for name in PLAIN}
     compiled = {}

@@ -25,9 +25,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from hephaestus.config import TrainConfig, resolve, resolve_for_env  # noqa: E402
+from hephaestus.config.train_config import TrainConfig, resolve, resolve_for_env  # noqa: E402
 from hephaestus.envs.registry import make_env  # noqa: E402
-from hephaestus.networks import make_network  # noqa: E402
+from hephaestus.core.networks import make_network  # noqa: E402
 
 ENV = "hackmatrix"
 

@@ -1,5 +1,5 @@
 """A plain PureJaxRL-style PPO (one function, no stages, no masks, no truncation bootstrap), used only as the
-speed baseline in scripts/bench.py. Same network, optimizer and loss as hephaestus.ppo for discrete gymnax
+speed baseline in scripts/bench.py. Same network, optimizer and loss as hephaestus.core.ppo for discrete gymnax
 envs, so the difference measured is what the pipeline's generality costs."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
 
-from hephaestus.networks import ActorCritic
+from hephaestus.core.networks import ActorCritic
 
 
 def make_reference_train(env, env_params, num_envs, num_steps, num_minibatches, update_epochs, hidden_dim,

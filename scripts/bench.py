@@ -11,7 +11,7 @@ this is its command. Each case runs in a fresh process of that file, so its figu
 import os
 import sys
 
-from hephaestus.entry_points import load_script, require_this_checkout
+from hephaestus.tools.entry_points import load_script, require_this_checkout
 
 # benchmarks/ is run, not installed: its module, loaded from its file (CASES, case_config, bench_hephaestus, ...)
 bench = load_script(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",

@@ -8,7 +8,7 @@ statistics a training run logs under eval/ (see `--help`).
 
 import sys
 
-from hephaestus import entry_points
+from hephaestus.tools import entry_points
 
 if __name__ == "__main__":
     sys.exit(entry_points.evaluate(__file__))

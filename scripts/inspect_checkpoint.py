@@ -12,8 +12,8 @@ load is one line on stderr and exit code 2 (bad input, as every script).
 
 import sys
 
-from hephaestus import entry_points
-from hephaestus.inspect_checkpoint import main  # noqa: F401 (tests call main(argv))
+from hephaestus.tools import entry_points
+from hephaestus.tools.inspect_checkpoint import main  # noqa: F401 (tests call main(argv))
 
 if __name__ == "__main__":
     sys.exit(entry_points.inspect(__file__))

@@ -6,7 +6,7 @@
 
 import sys
 
-from hephaestus import entry_points
+from hephaestus.tools import entry_points
 
 if __name__ == "__main__":
     sys.exit(entry_points.plot(__file__))

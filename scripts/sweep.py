@@ -9,12 +9,12 @@
         --out sweeps/hm-curriculum                      # env parameters: env.NAME, one program per value
 
 Writes <out>/results.csv, <out>/results.md (final metrics, mean ± std over seeds), <out>/curves.png and one
-metrics.jsonl per program. See python/hephaestus/sweep.py and specs/pipeline.md ("Sweeps").
+metrics.jsonl per program. See python/hephaestus/tools/sweep.py and specs/pipeline.md ("Sweeps").
 """
 
 import sys
 
-from hephaestus import entry_points
+from hephaestus.tools import entry_points
 
 if __name__ == "__main__":
     sys.exit(entry_points.sweep(__file__))

@@ -7,7 +7,7 @@
 
 import sys
 
-from hephaestus import entry_points
+from hephaestus.tools import entry_points
 
 if __name__ == "__main__":
     sys.exit(entry_points.train(__file__))

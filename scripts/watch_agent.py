@@ -14,7 +14,7 @@ import sys
 # CPU is enough to watch; leave an accelerator to a training run on the same machine.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from hephaestus import entry_points
+from hephaestus.tools import entry_points
 
 if __name__ == "__main__":
     sys.exit(entry_points.watch(__file__))

@@ -40,7 +40,7 @@ os.environ["WANDB_MODE"] = "disabled"
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(ROOT, ".jax_cache", "tests"))
 
-from hephaestus.compilation_cache import enable_compilation_cache  # noqa: E402
+from hephaestus.core.compilation_cache import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache(os.environ["JAX_COMPILATION_CACHE_DIR"])
 

@@ -8,8 +8,9 @@ import os
 import subprocess
 import sys
 
-from hephaestus.config import resolve, resolve_encoder
-from hephaestus.config_files import load_config_file
+from hephaestus.config.train_config import resolve
+from hephaestus.core.networks import resolve_encoder
+from hephaestus.config.files import load_config_file
 from hephaestus.envs.registry import make_training_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -131,7 +132,7 @@ def test_a_failing_port_trainer_is_reported_by_the_case_not_a_traceback(tmp_path
 
 def load_bench(path=BENCH):
     """scripts/bench.py (or another script at `path`) as a module (scripts/ and benchmarks/ are run, not imported)."""
-    from hephaestus.entry_points import load_script
+    from hephaestus.tools.entry_points import load_script
 
     return load_script(path)
 

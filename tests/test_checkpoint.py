@@ -15,9 +15,9 @@ import jax
 import numpy as np
 import pytest
 
-from hephaestus import checkpoint as ck
-from hephaestus import training_hooks as hooks
-from hephaestus.export import load_params_npz
+from hephaestus.run import checkpoint as ck
+from hephaestus.run import training_hooks as hooks
+from hephaestus.core.export import load_params_npz
 from train_cli import assert_same_params, main
 
 # One worker runs this module, so its module fixture runs once (tests/conftest.py).
@@ -197,8 +197,8 @@ def test_changed_num_envs_keeps_weights_and_resets_optimizer(straight, tmp_path,
 
 
 def test_restore_keeps_every_leaf_and_its_type(straight):
-    from hephaestus.config import resolve
-    from hephaestus.ppo import make_train
+    from hephaestus.config.train_config import resolve
+    from hephaestus.core.ppo import make_train
 
     found = ck.locate(str(straight / "300"))
     config, _ = resolve(ck.config_of(found))
@@ -217,7 +217,7 @@ def test_restore_keeps_every_leaf_and_its_type(straight):
 def test_nan_guard_stops_without_saving_the_bad_state(tmp_path, capsys):
     import jax.numpy as jnp
 
-    from hephaestus.stages import Stage, register_stage
+    from hephaestus.core.stages import Stage, register_stage
 
     @register_stage("test_nan_after_4")
     def nan_stage(ctx):
@@ -292,7 +292,7 @@ def test_second_ctrl_c_exits_at_once():
     """First SIGINT only sets the stop flag; a second one ends the process with 130 from the handler."""
     code = (
         "import os, signal, sys, time\n"
-        "from hephaestus.training_hooks import StopSignals\n"
+        "from hephaestus.run.training_hooks import StopSignals\n"
         "stop = StopSignals(message=print).install()\n"
         "os.kill(os.getpid(), signal.SIGINT)\n"
         "time.sleep(0.2)\n"
@@ -311,10 +311,10 @@ def test_second_ctrl_c_exits_at_once():
 def test_a_signal_during_a_chunk_stops_after_it_and_the_save_is_not_called_final(tmp_path):
     """Ctrl-C while chunk k runs: chunk k+1, already queued behind it, is the last (no chunk is queued after the
     signal), and the save at the end names the signal instead of calling itself final."""
-    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.config.train_config import TrainConfig, resolve
     from hephaestus.envs.registry import make_training_env
-    from hephaestus.loop import run
-    from hephaestus.ppo import make_train
+    from hephaestus.run.loop import run
+    from hephaestus.core.ppo import make_train
 
     config, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, hidden_dim=16,
                                               num_layers=1, num_minibatches=2, update_epochs=1, log_interval=1,

@@ -31,7 +31,7 @@ def test_help_shows_the_common_flags_by_section_and_names_the_others():
 
 
 def test_help_all_and_help_section_explain_every_flag():
-    from hephaestus.config import options
+    from hephaestus.config.train_config import options
 
     out = train("--help-all")
     assert out.returncode == 0
@@ -104,7 +104,7 @@ def test_debug_nans_stops_at_the_first_nan_in_one_line(tmp_path, capsys):
     import jax
     import jax.numpy as jnp
 
-    from hephaestus.stages import Stage, register_stage
+    from hephaestus.core.stages import Stage, register_stage
     from train_cli import main as train_main
 
     @register_stage("test_log_of_negative_reward")

@@ -8,11 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from hephaestus import config as cfg
-from hephaestus.checkpoint import config_of
-from hephaestus.cli import build_parser, config_from_args, parse
-from hephaestus.config import ConfigError, TrainConfig, resolve
-from hephaestus.config_files import load_config_file
+from hephaestus.agents.dtc.options import DTC_STAGES
+from hephaestus.agents.dreamer.options import DREAMER_STAGES
+from hephaestus.config import train_config as cfg
+from hephaestus.run.checkpoint import config_of
+from hephaestus.run.cli import build_parser, config_from_args, parse
+from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
+from hephaestus.config.files import load_config_file
 from train_cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,10 +72,10 @@ def test_presets_load_and_validate():
                 preset.network.hidden_dim, preset.stages.dtc.seq_len, preset.stages.dtc.replay_ratio) == \
             ("deepsea:10", 16, 32, 1e-3, False, 64, 8, 4.0), name
     assert (deepsea.agent, deepsea.extra_stages) == ("ppo", ())
-    assert presets["deepsea-dtc"].extra_stages == cfg.DTC_STAGES
-    assert presets["deepsea-dreamer"].extra_stages == cfg.DREAMER_STAGES
-    assert presets["hackmatrix-dreamer"].extra_stages == cfg.DREAMER_STAGES
-    assert presets["hackmatrix-dreamer-2e7"].extra_stages == cfg.DREAMER_STAGES
+    assert presets["deepsea-dtc"].extra_stages == DTC_STAGES
+    assert presets["deepsea-dreamer"].extra_stages == DREAMER_STAGES
+    assert presets["hackmatrix-dreamer"].extra_stages == DREAMER_STAGES
+    assert presets["hackmatrix-dreamer-2e7"].extra_stages == DREAMER_STAGES
 
 
 def test_presets_write_each_value_once():
@@ -82,8 +84,8 @@ def test_presets_write_each_value_once():
     DREAMER_ENV_DEFAULTS) already give."""
     import yaml
 
-    from hephaestus.config_files import _flatten
-    from hephaestus.dtc.options import DREAMER_ENV_DEFAULTS
+    from hephaestus.config.files import _flatten
+    from hephaestus.agents.dreamer.options import DREAMER_ENV_DEFAULTS
 
     seen = {}
     for file in sorted(os.listdir(os.path.join(ROOT, "configs"))):
@@ -132,8 +134,8 @@ def test_the_dreamers_take_hackmatrix_s_measured_settings_by_default_and_flags_a
     (DREAMER_ENV_DEFAULTS: ego encoder, mse decoder fit, entropy 0.1, range advantages), so the plain command trains
     what configs/hackmatrix-dreamer.yaml names; other envs, and the agents that do not dream, keep the values every
     earlier result used; a flag wins; a checkpoint stored before the options had env defaults resumes as it ran."""
-    from hephaestus.checkpoint import stored_config
-    from hephaestus.dtc.options import DREAMER_FALLBACK_DEFAULTS, DREAMER_ENV_DEFAULTS
+    from hephaestus.run.checkpoint import stored_config
+    from hephaestus.agents.dreamer.options import DREAMER_FALLBACK_DEFAULTS, DREAMER_ENV_DEFAULTS
 
     def settled(*argv):
         config = resolve(parse(list(argv))[0])[0]
@@ -204,7 +206,7 @@ def test_an_env_params_list_that_drops_the_list_under_it_says_so(monkeypatch, ca
     """--env-params replaces the list under it (the family's default, a --config file's, a resumed run's), so one
     value added to a HackMatrix run without its list drops the run's training reward: the parse says which names
     it dropped, on stderr, and says nothing when the list keeps them (or no list is given)."""
-    from hephaestus import checkpoint
+    from hephaestus.run import checkpoint
 
     default = cfg.ENV_DEFAULTS["hackmatrix"]["env_params"]
     config, _ = parse(["--env-params", "distance_coef=0"])
@@ -336,7 +338,7 @@ def test_resolve_settles_every_auto_once_and_is_idempotent():
     assert len(config.env.env_params) == 12
     assert (config.ppo.num_minibatches, config.ppo.update_epochs) == (32, 2) and note.startswith("auto-scale: batch")
     assert (config.network.encoder, config.network.obs_dtype) == ("mlp", "float32")  # DTC reads float observations
-    assert config.extra_stages == cfg.DTC_STAGES and config.stages.dtc.competence_coef == 0.0
+    assert config.extra_stages == DTC_STAGES and config.stages.dtc.competence_coef == 0.0
     assert config.run.run_name == "hackmatrix_s0"
     again, note_again = resolve(config, hm)
     assert again == config and note_again == ""  # stored values are what auto-scale chose: nothing to say

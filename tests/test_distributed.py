@@ -145,7 +145,7 @@ def test_indivisible_num_envs_is_a_one_line_error_before_compiling():
 
 
 def test_tpu_pod_detection():
-    from hephaestus.distributed import tpu_pod_detected
+    from hephaestus.core.distributed import tpu_pod_detected
 
     assert not tpu_pod_detected({})
     assert not tpu_pod_detected({"TPU_WORKER_HOSTNAMES": "t1v-n-0"})  # a single-host TPU VM
@@ -157,9 +157,9 @@ def test_bfloat16_learns_and_keeps_parameters_statistics_and_losses_float32_on_o
     import jax
     import jax.numpy as jnp
 
-    from hephaestus.config import TrainConfig, resolve
-    from hephaestus.loop import run
-    from hephaestus.ppo import make_train
+    from hephaestus.config.train_config import TrainConfig, resolve
+    from hephaestus.run.loop import run
+    from hephaestus.core.ppo import make_train
 
     config, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=128, total_timesteps=40_000,
                                     hidden_dim=64, num_minibatches=4, update_epochs=4, log_interval=20,
@@ -215,7 +215,7 @@ def _params_vector(runner):
 def _train(config, updates):
     import jax
 
-    from hephaestus.ppo import make_train
+    from hephaestus.core.ppo import make_train
 
     trainer = make_train(config)
     runner, metrics = trainer.train_chunk(trainer.runner_state, updates)
@@ -223,7 +223,7 @@ def _train(config, updates):
 
 
 def _full_batch_config():
-    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.config.train_config import TrainConfig, resolve
 
     return resolve(TrainConfig.from_flat(**TINY, total_timesteps=8 * 16 * 4, num_minibatches=1, update_epochs=1))[0]
 
@@ -233,7 +233,7 @@ def _multihost(pid: str, port: str) -> dict:
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(f"localhost:{port}", num_processes=2, process_id=int(pid))
-    from hephaestus import distributed
+    from hephaestus.core import distributed
 
     assert distributed.initialize(True)  # already initialised: reports a multi-process run, no second init
     trainer, runner, metrics = _train(_full_batch_config(), 4)
@@ -249,7 +249,7 @@ def _multihost(pid: str, port: str) -> dict:
 def _equivalence() -> dict:
     import jax
 
-    from hephaestus.ppo import make_train
+    from hephaestus.core.ppo import make_train
 
     out = {"device_count": jax.device_count()}
     base = _full_batch_config()
@@ -279,7 +279,7 @@ def _equivalence() -> dict:
 def _seeds() -> dict:
     import jax
 
-    from hephaestus.ppo import make_train
+    from hephaestus.core.ppo import make_train
 
     base = _full_batch_config().replace(num_seeds=2)
     trainer = make_train(base.replace(num_devices=DEVICES))
@@ -302,8 +302,8 @@ def _partition() -> dict:
     import jax
     import jax.numpy as jnp
 
-    from hephaestus.ppo import make_train
-    from hephaestus.stages import ENVS, REPLICATED, Stage, register_stage
+    from hephaestus.core.ppo import make_train
+    from hephaestus.core.stages import ENVS, REPLICATED, Stage, register_stage
 
     n = TINY["num_envs"]
 
@@ -339,7 +339,7 @@ def _partition() -> dict:
     replay = jax.device_get(runner.stages["partition_probe"]["replay"])
     out["replay_values_kept"] = bool((replay == np.arange(n * 3).reshape(n, 3) + 2.0).all())
     try:  # a leaf declared ENVS without a leading env axis is a clear error, not a silent layout
-        from hephaestus.distributed import Sharder
+        from hephaestus.core.distributed import Sharder
 
         Sharder(trainer.mesh, n, TINY["num_steps"], partitions={"partition_probe": {"x": ENVS}}).place(
             trainer.runner_state.replace(stages={"partition_probe": {"x": jnp.zeros((3,))}}))
@@ -352,8 +352,8 @@ def _partition() -> dict:
 def _dreamer() -> dict:
     import jax
 
-    from hephaestus.config import TrainConfig, resolve
-    from hephaestus.ppo import make_train
+    from hephaestus.config.train_config import TrainConfig, resolve
+    from hephaestus.core.ppo import make_train
 
     tiny = {**TINY, "agent": "dreamer", "dtc_seq_len": 8, "dtc_wm_batch": 4, "dtc_deter_dim": 16,
             "dtc_hidden_dim": 16, "dtc_stoch_groups": 2, "dtc_stoch_classes": 4, "dtc_replay_capacity": 64,
@@ -383,9 +383,9 @@ def _learn() -> dict:
     import jax
     import jax.numpy as jnp
 
-    from hephaestus.config import TrainConfig, resolve
-    from hephaestus.loop import run
-    from hephaestus.ppo import make_train
+    from hephaestus.config.train_config import TrainConfig, resolve
+    from hephaestus.run.loop import run
+    from hephaestus.core.ppo import make_train
 
     config, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=8, num_steps=64, total_timesteps=40_000,
                                     hidden_dim=64, num_minibatches=4, update_epochs=4, log_interval=20))

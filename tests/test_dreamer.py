@@ -13,12 +13,12 @@ import numpy as np
 import optax
 import pytest
 
-from hephaestus import networks as nets
-from hephaestus.config import ConfigError, TrainConfig, resolve
-from hephaestus.dtc import rssm
-from hephaestus.dtc.dreamer import actor_critic_loss, dream, imagine_from_replay, lambda_returns
-from hephaestus.dtc.options import DreamerOptions
-from hephaestus.stages import Stage, build_pipeline
+from hephaestus.core import networks as nets
+from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
+from hephaestus.agents.dtc import rssm
+from hephaestus.agents.dreamer.dreamer import actor_critic_loss, dream, imagine_from_replay, lambda_returns
+from hephaestus.agents.dreamer.options import DreamerOptions
+from hephaestus.core.stages import Stage, build_pipeline
 from train_cli import assert_same_params, main, resume_cut_back_copy
 
 # One worker runs this module, so the parts fixture and the program two tests share are built once (tests/conftest.py).
@@ -215,9 +215,9 @@ def test_dreamer_trains_and_resumes_exactly(tmp_path, capsys):
 def dreamer_dtc_update(**overrides):
     """A tiny dreamer-dtc stage (one world-model and one actor-critic step per update) on a fake rollout: returns
     (update(state) -> (train_state, new_state, metrics), the initial stage state, the initial train state)."""
-    from hephaestus.dtc.dreamer import make_dreamer
+    from hephaestus.agents.dreamer.dreamer import make_dreamer
     from hephaestus.envs.registry import make_env
-    from hephaestus.runner_state import fresh_agent, make_optimizer
+    from hephaestus.core.runner_state import fresh_agent, make_optimizer
 
     flags = dict(env="gymnax:CartPole-v1", agent="dreamer-dtc", num_envs=2, num_steps=8, dtc_seq_len=8,
                  dtc_wm_batch=2, dtc_ensemble_size=2, dtc_deter_dim=8, dtc_hidden_dim=8, dtc_stoch_groups=2,
@@ -271,7 +271,7 @@ def test_the_survival_penalty_charges_each_imagined_step_its_predicted_chance_of
 def test_boredom_picks_the_dream_length_among_compiled_ones():
     """--dreamer-horizons: the longest compiled length not above the boredom-driven horizon; a bored agent's step
     is exactly the fixed-length step at the shortest length, a fresh one's dreams the longest."""
-    from hephaestus.dtc.dreamer import horizon_index
+    from hephaestus.agents.dreamer.dreamer import horizon_index
 
     lengths = (8, 16, 32, 64)
     assert [int(horizon_index(jnp.float32(b), lengths, 8, 64)) for b in (0.0, 0.5, 0.9, 1.0)] == [3, 2, 0, 0]
@@ -345,7 +345,7 @@ def test_boredom_experiment_reads_dream_lengths_time_and_the_evaluation_from_a_r
     """scripts/experiments/dreamer_boredom.py's reading of one run: the dream length averaged by updates, the scan
     steps dreamt (length x actor-critic steps x updates), the chunks' seconds after the first (the compile's chunk
     left out), the first chunk at the threshold, and the greedy evaluation from eval.json."""
-    from hephaestus.entry_points import load_script
+    from hephaestus.tools.entry_points import load_script
 
     boredom = load_script(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
                                        "experiments", "dreamer_boredom.py"))

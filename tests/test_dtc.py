@@ -15,11 +15,12 @@ import numpy as np
 import optax
 import pytest
 
-from hephaestus.config import DTC_STAGES, ConfigError, TrainConfig, resolve
-from hephaestus.dtc import intrinsic as intr
-from hephaestus.dtc import replay as rp
-from hephaestus.dtc import rssm
-from hephaestus.dtc.agent import ensemble_novelty
+from hephaestus.agents.dtc.options import DTC_STAGES
+from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
+from hephaestus.agents.dtc import intrinsic as intr
+from hephaestus.agents.dtc import replay as rp
+from hephaestus.agents.dtc import rssm
+from hephaestus.agents.dtc.agent import ensemble_novelty
 
 # One worker runs this module, so the ensemble and chain_visits fixtures are built once (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("test_dtc")
@@ -73,7 +74,7 @@ def test_stacked_parameters_have_an_ensemble_axis_and_members_differ(ensemble):
 
 
 def test_logvar_init_sets_the_decoders_starting_variance_from_the_config():
-    from hephaestus.dtc.agent import sizes_from
+    from hephaestus.agents.dtc.agent import sizes_from
     from hephaestus.envs.adapters import EnvSpec
 
     config = TrainConfig().replace(dtc_logvar_init=-2.0)
@@ -138,7 +139,7 @@ def test_ego_view_lays_the_board_out_around_the_player_and_the_option_reaches_th
     channels, the player's row and column in flat features 0 and 1 as fractions of rows - 1), zeros off the board;
     the flat features first, unchanged. The option reaches the model's sizes and its encoder's input width, and an
     env without a board refuses it in one line."""
-    from hephaestus.dtc.agent import sizes_from
+    from hephaestus.agents.dtc.agent import sizes_from
     from hephaestus.envs.adapters import EnvSpec
 
     layout = (2, 9, 2, 3, 3, 0, 1)  # flat 2, 9 cells x 2 channels, a 3 x 3 board, player row/col in features 0, 1
@@ -425,9 +426,9 @@ TINY = ["--env", "gymnax:CartPole-v1", "--agent", "dtc", "--num-envs", "4", "--n
 
 
 def test_dtc_stages_slot_in_after_the_rollout_and_own_their_state():
-    from hephaestus.cli import build_parser, config_from_args
+    from hephaestus.run.cli import build_parser, config_from_args
     from hephaestus.envs.registry import make_env
-    from hephaestus.ppo import make_train
+    from hephaestus.core.ppo import make_train
 
     config, _ = resolve(config_from_args(build_parser().parse_args(TINY)))
     assert config.extra_stages == DTC_STAGES
@@ -478,7 +479,7 @@ def chain_batch(num_envs=2, length=4, episodes=2):
 
 
 def tiny_world_model(**changes):
-    from hephaestus.dtc.agent import make_world_model
+    from hephaestus.agents.dtc.agent import make_world_model
     from hephaestus.envs.adapters import EnvSpec
 
     config = TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=2, num_steps=8, extra_stages=DTC_STAGES,
@@ -551,8 +552,8 @@ def test_competence_is_scale_free_and_changes_the_bonus():
         np.testing.assert_allclose(got, reference, rtol=1e-4)
     assert reference[0] == 0.0 and reference[-1] > 0.1
     # competence is a gain on novelty: with it on, a novel transition pays more while the model is learning
-    from hephaestus.dtc.agent import intrinsic_reward_stage
-    from hephaestus.stages import StageContext
+    from hephaestus.agents.dtc.agent import intrinsic_reward_stage
+    from hephaestus.core.stages import StageContext
 
     def bonus(coef):
         cfg = TrainConfig.from_flat(env="gymnax:CartPole-v1", extra_stages=DTC_STAGES, dtc_competence_coef=coef)
@@ -594,8 +595,8 @@ def test_progress_competence_pays_the_novelty_being_learned_and_not_the_novelty_
     np.testing.assert_allclose(float(share), 0.75 / 2.5, rtol=1e-6)
     # in the stage: two transitions of the same novelty, one learned by the update and one not; the learned one pays
     # (1 + c_t) x the other, and boredom reads the batch's share (global competence would pay both alike)
-    from hephaestus.dtc.agent import intrinsic_reward_stage
-    from hephaestus.stages import StageContext
+    from hephaestus.agents.dtc.agent import intrinsic_reward_stage
+    from hephaestus.core.stages import StageContext
 
     def apply(competence, dtc_novelty_after):
         cfg = TrainConfig.from_flat(env="gymnax:CartPole-v1", extra_stages=DTC_STAGES, dtc_competence=competence,
@@ -617,9 +618,9 @@ def test_progress_competence_pays_the_novelty_being_learned_and_not_the_novelty_
 
 
 def test_progress_competence_scores_the_rollout_again_after_the_world_models_steps():
-    from hephaestus.dtc.agent import world_model_stage
+    from hephaestus.agents.dtc.agent import world_model_stage
     from hephaestus.envs.adapters import EnvSpec
-    from hephaestus.stages import StageContext
+    from hephaestus.core.stages import StageContext
 
     config, model, *_ = tiny_world_model(dtc_competence="progress")
     spec = EnvSpec(name="chain", obs_dim=5, discrete=True, action_dim=2)

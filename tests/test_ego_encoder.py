@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hephaestus import networks as nets
-from hephaestus.config import ConfigError, TrainConfig, resolve
-from hephaestus.export import load_params_npz, network_from_meta, network_meta, save_params_npz
-from hephaestus.ppo import make_train
+from hephaestus.core import networks as nets
+from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
+from hephaestus.core.export import load_params_npz, network_from_meta, network_meta, save_params_npz
+from hephaestus.core.ppo import make_train
 from test_encoder import SMALL, CellWalk, cell_env
 
 

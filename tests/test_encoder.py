@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 from gymnax.environments import spaces
 
-from hephaestus import checkpoint as ck
-from hephaestus import networks as nets
-from hephaestus import config as cfg
-from hephaestus.config import ConfigError, TrainConfig, resolve, resolve_encoder, resolve_obs_dtype
+from hephaestus.run import checkpoint as ck
+from hephaestus.core import networks as nets
+from hephaestus.config import train_config as cfg
+from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
+from hephaestus.core.networks import resolve_encoder, resolve_obs_dtype
 from hephaestus.envs.adapters import EnvSpec, adapt_gymnax
-from hephaestus.export import load_params_npz, network_from_meta, network_meta, save_params_npz
-from hephaestus.ppo import make_train
+from hephaestus.core.export import load_params_npz, network_from_meta, network_meta, save_params_npz
+from hephaestus.core.ppo import make_train
 from toy_envs import RandomWalk
 
 SMALL = dict(hidden_dim=16, num_layers=1, num_envs=4, num_steps=8, num_minibatches=2, update_epochs=1,

@@ -1,4 +1,4 @@
-"""The `hephaestus-*` commands (pyproject [project.scripts] -> hephaestus/entry_points.py) and scripts/*.py."""
+"""The `hephaestus-*` commands (pyproject [project.scripts] -> hephaestus/tools/entry_points.py) and scripts/*.py."""
 import inspect
 import os
 import re
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import tomllib
 
-from hephaestus import entry_points
+from hephaestus.tools import entry_points
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = {"hephaestus-train": "train", "hephaestus-watch": "watch", "hephaestus-evaluate": "evaluate",
@@ -24,7 +24,7 @@ def _python(code, env_extra=None, cwd=ROOT):
 def test_pyproject_declares_every_command():
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         scripts = tomllib.load(f)["project"]["scripts"]
-    assert scripts == {name: f"hephaestus.entry_points:{fn}" for name, fn in COMMANDS.items()}
+    assert scripts == {name: f"hephaestus.tools.entry_points:{fn}" for name, fn in COMMANDS.items()}
     for fn in COMMANDS.values():
         assert callable(getattr(entry_points, fn))
 
@@ -35,7 +35,7 @@ def test_each_command_checks_its_checkout_before_it_imports_what_starts_jax():
         start, first_import = source.find("_start(script)"), re.search(r"^\s+from hephaestus\.", source, re.M)
         assert 0 <= start < first_import.start(), fn
     # importing the module imports no jax, and a command's bad input is one line and a non-zero exit
-    out = _python("import sys\nfrom hephaestus import entry_points\n"
+    out = _python("import sys\nfrom hephaestus.tools import entry_points\n"
                   "assert not [m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib')]\n"
                   "sys.argv = ['hephaestus-inspect', 'no/such/run']\n"
                   "try:\n    entry_points.inspect()\nexcept SystemExit as e:\n    code = e.code\n"

@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hephaestus.config import TrainConfig, resolve
+from hephaestus.config.train_config import TrainConfig, resolve
 from hephaestus.envs.registry import UnknownEnvError, make_env
-from hephaestus.loop import run
-from hephaestus.ppo import make_train
+from hephaestus.run.loop import run
+from hephaestus.core.ppo import make_train
 
 
 def test_short_cartpole_run_learns():

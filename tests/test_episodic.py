@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hephaestus.bonus import make_episodic, nearest_sq_distances
-from hephaestus.config import ConfigError, TrainConfig, resolve
+from hephaestus.agents.bonus.stages import make_episodic, nearest_sq_distances
+from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
 from hephaestus.envs.adapters import EnvSpec
 from train_cli import assert_same_params, main, resume_cut_back_copy
 

@@ -9,14 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hephaestus import episode_stats
-from hephaestus import networks as nets
-from hephaestus.config import ConfigError, TrainConfig, resolve
+from hephaestus.envs import episode_stats
+from hephaestus.core import networks as nets
+from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
 from hephaestus.envs.adapters import adapt_gymnax
-from hephaestus.evaluation import make_evaluator, policy_index, summarise
-from hephaestus.loop import run
-from hephaestus.ppo import make_train
-from hephaestus.sinks import chunk_reduce
+from hephaestus.core.evaluation import make_evaluator, policy_index, summarise
+from hephaestus.run.loop import run
+from hephaestus.core.ppo import make_train
+from hephaestus.core.sinks import chunk_reduce
 from toy_envs import StatWalk
 
 # One worker runs this module, so its module fixtures run once (tests/conftest.py).
@@ -162,8 +162,8 @@ def test_a_checkpoint_from_before_a_new_statistic_resumes_everything_but_it(walk
     """An env that declares a statistic more than when the run was saved (HackMatrix's programs_owned, 2 Dec)
     resumes the run's env states, statistics, weights and optimizer as they were; only the new statistic's
     running values start at 0, and a note says so."""
-    from hephaestus import checkpoint as ck
-    from hephaestus.episode_stats import EpisodeStat
+    from hephaestus.run import checkpoint as ck
+    from hephaestus.envs.episode_stats import EpisodeStat
 
     rollout = next(s for s in walk.pipeline if s.name == "rollout")
     runner = walk.init_runner_state(3)
@@ -223,7 +223,7 @@ def test_evaluation_runs_k_episodes_to_their_end_or_the_cap(walk):
 def test_eval_json_keeps_each_episodes_statistics(walk, tmp_path):
     """eval.json's per_episode record carries every declared statistic game by game, so a rate can be broken
     down (e.g. which HackMatrix games looped on UNDO); the summary's rates are their means."""
-    from hephaestus.evaluation import write_eval_json
+    from hephaestus.core.evaluation import write_eval_json
 
     env, params = stat_walk(), walk.runner_state.train_state.params
     out = jax.device_get(make_evaluator(env, walk.network, 7, 4)(params, jax.random.PRNGKey(4), policy_index("sampled")))
@@ -251,7 +251,7 @@ def test_evaluation_is_a_pure_function_of_params_and_key_and_vmaps(walk):
 def test_one_compiled_program_plays_every_policy_and_its_argument_chooses(walk):
     """The policy is data: greedy, sampled and random episodes come from one compile, and the random branch of an
     agent's program is the network-free random program, episode for episode (same keys, same draws)."""
-    from hephaestus.evaluation import POLICIES
+    from hephaestus.core.evaluation import POLICIES
 
     env, params = stat_walk(), walk.runner_state.train_state.params
     program, key = make_evaluator(env, walk.network, 16, 20), jax.random.PRNGKey(3)
@@ -301,7 +301,7 @@ def test_a_run_ends_with_an_evaluation_in_eval_json(finished_run):
 
 
 def test_evaluate_script_end_to_end_and_bad_input(finished_run, tmp_path, capsys):
-    from hephaestus.evaluate_agent import main
+    from hephaestus.tools.evaluate_agent import main
 
     out = tmp_path / "e.json"
     assert main([str(finished_run), "--episodes", "4", "--max-steps", "15", "--sampled", "--batch-size", "3",
@@ -331,7 +331,7 @@ def test_evaluate_script_end_to_end_and_bad_input(finished_run, tmp_path, capsys
 
 
 def test_evaluate_over_several_seeds_is_each_seed_s_evaluation_and_their_spread(finished_run, tmp_path, capsys):
-    from hephaestus.evaluate_agent import main
+    from hephaestus.tools.evaluate_agent import main
 
     one = []
     for seed in (0, 3):
@@ -366,8 +366,8 @@ def test_evaluate_over_several_seeds_is_each_seed_s_evaluation_and_their_spread(
 def test_evaluate_curve_appends_a_line_per_evaluation_that_plot_runs_draws(finished_run, tmp_path, capsys):
     """--curve: one JSON line per call with the agent's env_steps and the metrics (no per-episode lists), the
     eval seeds' values under per_eval_seed so that plot_runs does not band over them as training seeds."""
-    from hephaestus.evaluate_agent import main
-    from hephaestus.plotting import load_records, seed_series
+    from hephaestus.tools.evaluate_agent import main
+    from hephaestus.tools.plotting import load_records, seed_series
 
     curve, full = tmp_path / "greedy_s0.jsonl", tmp_path / "e.json"
     assert main([str(finished_run), "--episodes", "5", "--max-steps", "30", "--seed", "2", "--json", str(full),
@@ -405,7 +405,7 @@ def write_run(path, curve, per_seed=None):
 def test_plot_runs_groups_seeds_and_writes_a_png(tmp_path, capsys):
     from PIL import Image
 
-    from hephaestus.plotting import main
+    from hephaestus.tools.plotting import main
 
     write_run(tmp_path / "a_s0", [0, 1, 2])
     write_run(tmp_path / "a_s1", [1, 2, 4])
@@ -430,7 +430,7 @@ def test_plot_runs_groups_seeds_and_writes_a_png(tmp_path, capsys):
 
 
 def test_plot_band_comes_from_per_seed_values(tmp_path):
-    from hephaestus.plotting import curve, load_records, seed_series
+    from hephaestus.tools.plotting import curve, load_records, seed_series
 
     write_run(tmp_path / "multi", [1, 2, 3], per_seed=[[0, 2], [1, 3], [2, 6]])
     series = seed_series(load_records(str(tmp_path / "multi" / "metrics.jsonl")), "eval/return_mean")
@@ -440,7 +440,7 @@ def test_plot_band_comes_from_per_seed_values(tmp_path):
     _, _, low, high, _ = curve(series, "std")
     np.testing.assert_allclose(high - mean, [1, 1, 2])
     assert episode_stats.fmt_threshold(2.0) == "2"
-    from hephaestus.plotting import parse_hlines
+    from hephaestus.tools.plotting import parse_hlines
 
     assert parse_hlines(["eval/stage_reached>=2=0.16:random policy", "x=1"]) == {
         "eval/stage_reached>=2": [(0.16, "random policy")], "x": [(1.0, "baseline")]}
@@ -448,7 +448,7 @@ def test_plot_band_comes_from_per_seed_values(tmp_path):
 
 def test_plot_takes_a_slice_of_the_agents_of_a_sweep_program(tmp_path, capsys):
     """RUN[A:B]: the agents of one sweep point (point-major agents) as one curve."""
-    from hephaestus.plotting import main, split_agents
+    from hephaestus.tools.plotting import main, split_agents
 
     assert split_agents("sw/g[3:6]") == ("sw/g", slice(3, 6)) and split_agents("sw/g") == ("sw/g", slice(None))
     write_run(tmp_path / "g", [1, 2, 3], per_seed=[[0, 2, 10, 12], [1, 3, 11, 13], [2, 4, 12, 14]])
@@ -456,7 +456,7 @@ def test_plot_takes_a_slice_of_the_agents_of_a_sweep_program(tmp_path, capsys):
     assert main(["--group", f"first={tmp_path / 'g'}[0:2]", "--group", f"second={tmp_path / 'g'}[2:]",
                  "--metric", "eval/return_mean", "--out", str(out)]) == 0
     assert "first (2 seeds), second (2 seeds)" in capsys.readouterr().out
-    from hephaestus.plotting import curve, load_records, seed_series
+    from hephaestus.tools.plotting import curve, load_records, seed_series
 
     records = load_records(str(tmp_path / "g" / "metrics.jsonl"))
     _, mean, _, _, _ = curve(seed_series(records, "eval/return_mean")[2:], "minmax")
@@ -466,7 +466,7 @@ def test_plot_takes_a_slice_of_the_agents_of_a_sweep_program(tmp_path, capsys):
 def test_a_group_keeps_its_colour_in_every_panel_when_another_lacks_a_metric(tmp_path):
     import matplotlib.pyplot as plt
 
-    from hephaestus.plotting import draw
+    from hephaestus.tools.plotting import draw
 
     write_run(tmp_path / "plain", [1, 2, 3])
     write_run(tmp_path / "taught", [2, 3, 4])

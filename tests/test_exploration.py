@@ -11,8 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hephaestus.bonus import make_rnd, observation_hash
-from hephaestus.config import AGENTS, DTC_STAGES, TrainConfig, agent_config, resolve
+from hephaestus.agents.bonus.stages import make_rnd, observation_hash
+from hephaestus.agents.dtc.options import DTC_STAGES
+from hephaestus.config.registry import AGENTS
+from hephaestus.config.train_config import TrainConfig, agent_config, resolve
 from hephaestus.envs.registry import UnknownEnvError, make_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,7 +44,7 @@ def test_deepsea_evaluation_plays_the_map_it_is_given_not_the_envs_default():
     """An agent learns one run's map; its evaluation must play that map. A scripted player that goes right by a fixed
     map M finds the treasure in every game when the evaluator is given M as the instance, and in none on the env's
     default map (which differs from M: the chance that two maps agree on the diagonal's 6 cells is 2^-6)."""
-    from hephaestus.evaluation import make_evaluator
+    from hephaestus.core.evaluation import make_evaluator
 
     env = make_env("deepsea:6")
     states, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), 2))
@@ -62,9 +64,9 @@ def test_deepsea_evaluation_plays_the_map_it_is_given_not_the_envs_default():
 def test_a_deepsea_runs_exports_and_evaluations_carry_its_map(tmp_path, capsys):
     """train_purejaxrl.py on DeepSea: the parameter file stores the run's map (each seed's), and watch_agent.py /
     evaluate.py's loader plays it (a file without one says so and plays the default)."""
-    from hephaestus.export import load_params_npz, save_params_npz
-    from hephaestus.ppo import make_train
-    from hephaestus.saved_agent import load_agent
+    from hephaestus.core.export import load_params_npz, save_params_npz
+    from hephaestus.core.ppo import make_train
+    from hephaestus.tools.saved_agent import load_agent
     from train_cli import main
 
     out = tmp_path / "ckpt"
@@ -119,7 +121,7 @@ def test_deepsea_reports_bsuites_bad_episode_and_the_treasure_per_step(name):
 
 
 def deepsea_experiment():
-    from hephaestus.entry_points import load_script
+    from hephaestus.tools.entry_points import load_script
 
     return load_script(os.path.join(ROOT, "scripts", "experiments", "deepsea.py"), "deepsea_experiment")
 
@@ -173,7 +175,7 @@ def test_deepsea_experiment_refuses_a_bad_setting_before_training_and_plots_only
 def test_deepsea_dreamer_config_file_trains_what_the_experiment_measured():
     """configs/deepsea-dreamer.yaml is the dreamer row it cites (specs/dreamer.md): the same env, sizes, world model,
     replay and dreamer settings as deepsea.py with that row's flags, less the experiment's probe stages."""
-    from hephaestus.config_files import load_config_file
+    from hephaestus.config.files import load_config_file
 
     deepsea = deepsea_experiment()
     shipped = resolve(load_config_file(os.path.join(ROOT, "configs", "deepsea-dreamer.yaml")))[0]
@@ -197,7 +199,7 @@ def test_deepsea_dreamer_config_file_trains_what_the_experiment_measured():
 def test_deepsea_dtc_config_file_trains_what_the_experiment_measured():
     """configs/deepsea-dtc.yaml is the DTC setting specs/dtc.md measures at N = 10 to 30 (deepsea.py with these
     flags), at size 10 and less the experiment's probe stages."""
-    from hephaestus.config_files import load_config_file
+    from hephaestus.config.files import load_config_file
 
     deepsea = deepsea_experiment()
     shipped = resolve(load_config_file(os.path.join(ROOT, "configs", "deepsea-dtc.yaml")))[0]
@@ -224,7 +226,7 @@ def test_deepsea_dtc_config_file_trains_what_the_experiment_measured():
 
 
 def test_training_seeds_get_different_maps():
-    from hephaestus.ppo import make_train
+    from hephaestus.core.ppo import make_train
 
     config, _ = resolve(TrainConfig.from_flat(env="deepsea:6", num_envs=2, num_steps=6, total_timesteps=12, hidden_dim=8))
     trainer = make_train(config, make_env(config.env.name))
@@ -271,7 +273,7 @@ def test_rnd_scores_before_learning_and_its_error_falls_with_visits():
 
 def _critic_stage(**options):
     from hephaestus.envs.adapters import EnvSpec
-    from hephaestus.stages import StageContext, extra_stages
+    from hephaestus.core.stages import StageContext, extra_stages
 
     config = TrainConfig.from_flat(env="deepsea:6", extra_stages=("count_bonus", "intrinsic_critic"),
                                    intrinsic_critic_hidden_dim=16, **options)
@@ -280,7 +282,7 @@ def _critic_stage(**options):
 
 
 def test_the_intrinsic_critic_takes_the_bonus_out_of_the_reward_and_gives_it_a_non_episodic_advantage():
-    from hephaestus.bonus import ReluMLP
+    from hephaestus.agents.bonus.stages import ReluMLP
 
     config, (count, critic) = _critic_stage(intrinsic_critic_gamma=0.9, intrinsic_critic_coef=2.0)
     assert (count.name, critic.name) == ("count_bonus", "intrinsic_critic")
@@ -311,7 +313,7 @@ def test_the_intrinsic_critic_takes_the_bonus_out_of_the_reward_and_gives_it_a_n
 
 
 def test_the_advantage_stage_adds_the_intrinsic_advantage_and_keeps_the_extrinsic_target():
-    from hephaestus.ppo import advantage_apply
+    from hephaestus.core.ppo import advantage_apply
 
     t, n = 4, 2
     batch = {"reward": jnp.ones((t, n)), "value": jnp.zeros((t, n)), "last_value": jnp.zeros((n,)),
@@ -326,7 +328,7 @@ def test_the_advantage_stage_adds_the_intrinsic_advantage_and_keeps_the_extrinsi
 
 
 def test_bonuses_sum_into_intrinsic_reward_and_the_critic_needs_one_before_it():
-    from hephaestus.config import ConfigError
+    from hephaestus.config.train_config import ConfigError
 
     config, (count, _) = _critic_stage()
     batch = {"next_obs": jnp.eye(4)[None], "reward": jnp.zeros((1, 4)), "intrinsic_reward": jnp.full((1, 4), 0.5)}

@@ -4,10 +4,10 @@ import jax
 import numpy as np
 import pytest
 
-from hephaestus.config import TrainConfig, resolve
+from hephaestus.config.train_config import TrainConfig, resolve
 from hephaestus.envs.registry import make_env
-from hephaestus.export import ExportError, load_params_npz, network_from_meta, network_meta, save_params_npz
-from hephaestus.networks import make_network
+from hephaestus.core.export import ExportError, load_params_npz, network_from_meta, network_meta, save_params_npz
+from hephaestus.core.networks import make_network
 
 
 def test_round_trip_rebuilds_the_same_network(tmp_path):
@@ -47,7 +47,7 @@ def test_one_network_spec_is_stored_and_rebuilt():
     watch_agent.py/evaluate.py rebuild; files that predate a field get its documented default."""
     import jax.numpy as jnp
 
-    from hephaestus.networks import NetworkSpec
+    from hephaestus.core.networks import NetworkSpec
 
     env = make_env("gymnax:Pendulum-v1")
     config = TrainConfig.from_flat(env=env.spec.name, hidden_dim=8, num_layers=1, activation="relu", dtype="bfloat16")

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hephaestus.entry_points import load_script
+from hephaestus.tools.entry_points import load_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "experiments", "hackmatrix_late_starts.py")
@@ -76,7 +76,7 @@ def untrained_agent(tmp_path_factory):
     and what loading it gives the script: (path, env, network, params)."""
     from test_watch import fresh_params
 
-    from hephaestus.saved_agent import load_agent
+    from hephaestus.tools.saved_agent import load_agent
 
     path = fresh_params(tmp_path_factory.mktemp("handoff") / "final_params.npz", "hackmatrix")
     params, _, env, network = load_agent(str(path))
@@ -84,7 +84,7 @@ def untrained_agent(tmp_path_factory):
 
 
 def test_the_handoff_policy_is_the_agent_below_its_stage_and_the_teacher_from_it(untrained_agent):
-    from hephaestus import networks as nets
+    from hephaestus.core import networks as nets
     from hephaestus.envs.adapters import split_observation
     from hephaestus.envs.hackmatrix.env import get_obs
 
@@ -101,7 +101,7 @@ def test_the_handoff_policy_is_the_agent_below_its_stage_and_the_teacher_from_it
 
 
 def test_handoff_quick_never_handing_over_is_evaluate_py_s_greedy_games(untrained_agent, tmp_path):
-    from hephaestus import evaluate_agent
+    from hephaestus.tools import evaluate_agent
 
     path = untrained_agent[0]
     proc = subprocess.run([sys.executable, HANDOFF, str(path), "--quick", "--out", str(tmp_path / "h")],
@@ -134,7 +134,7 @@ def test_advantage_shares_arithmetic_and_the_env_params_laid_over_the_run_s():
     run = {"config": {"env_params": ["program_played_coef=10", "undo_across_stages=0"]}}
     assert shares.training_env_params(run, ["program_played_coef=3", "curriculum_share=0.5"]) == \
         ["undo_across_stages=0", "program_played_coef=3", "curriculum_share=0.5"]
-    from hephaestus.config import ENV_DEFAULTS
+    from hephaestus.config.train_config import ENV_DEFAULTS
     assert shares.training_env_params({}, []) == list(ENV_DEFAULTS["hackmatrix"]["env_params"])  # no stored config
     assert shares.training_env_params({"config": {"env_params": []}}, []) == []  # a run on the rules' reward
 

@@ -18,7 +18,7 @@ import threading
 import numpy as np
 import pytest
 
-from hephaestus import checkpoint as ck
+from hephaestus.run import checkpoint as ck
 from train_cli import main
 
 # One worker runs this module, so its module fixture runs once (tests/conftest.py).
@@ -99,7 +99,7 @@ def makedirs(path, *args, **kwargs):  # the disk fills up (or the folder goes) a
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
     return real(path, *args, **kwargs)
 os.makedirs = makedirs
-from hephaestus.train import script_main
+from hephaestus.run.train import script_main
 sys.exit(script_main(sys.argv[1:]))
 """
 
@@ -133,7 +133,7 @@ def test_run_folder_removed_during_a_save_ends_the_run_at_once_with_one_line(tmp
 
 HOLD_LOCK = """
 import sys, time
-from hephaestus.runlock import RunLock
+from hephaestus.run.runlock import RunLock
 RunLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 time.sleep(600)
@@ -239,7 +239,7 @@ def test_the_unretrieved_reads_of_a_refused_checkpoint_are_not_logged_other_asyn
     import gc
     import logging
 
-    from hephaestus import checkpoint
+    from hephaestus.run import checkpoint
 
     class Read:  # an awaitable that is not a coroutine, as tensorstore's reads are: a Task wraps it (_wrap_awaitable)
         def __init__(self, error):
@@ -290,7 +290,7 @@ def test_a_refused_corrupt_checkpoint_prints_no_event_loop_noise(saved_run, tmp_
 
 
 def test_metrics_write_failure_saves_then_exits_1(tmp_path, capsys, monkeypatch):
-    from hephaestus import sinks
+    from hephaestus.core import sinks
 
     real_write = sinks.JsonlSink.write
 
@@ -313,7 +313,7 @@ def test_metrics_write_failure_saves_then_exits_1(tmp_path, capsys, monkeypatch)
 def test_out_of_memory_says_what_it_needed(tmp_path, capsys, monkeypatch):
     import jax.numpy as jnp
 
-    from hephaestus import ppo
+    from hephaestus.core import ppo
 
     def make_train(config, env=None, compile_ahead=False, store_programs_in=None):  # a --num-envs far too large: a real XLA allocation failure
         jnp.zeros((10**12,), jnp.float32).block_until_ready()
@@ -329,7 +329,7 @@ def test_out_of_memory_says_what_it_needed(tmp_path, capsys, monkeypatch):
 def test_an_unusable_compilation_cache_is_one_warning_and_the_run_goes_on(tmp_path, capsys, monkeypatch):
     import jax
 
-    from hephaestus.compilation_cache import enable_compilation_cache
+    from hephaestus.core.compilation_cache import enable_compilation_cache
 
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -369,7 +369,7 @@ def cartpole_params(tmp_path):
 ])
 def test_watch_save_target_is_checked_before_playing(tmp_path, capsys, monkeypatch, cartpole_params, target,
                                                       needle):
-    from hephaestus import watch
+    from hephaestus.tools import watch
 
     (tmp_path / "folder.gif").mkdir()
     (tmp_path / "file").write_text("")
@@ -383,7 +383,7 @@ def test_watch_save_target_is_checked_before_playing(tmp_path, capsys, monkeypat
 
 
 def test_ctrl_c_during_watch_save_writes_what_was_played(tmp_path, capsys, monkeypatch, cartpole_params):
-    from hephaestus import watch
+    from hephaestus.tools import watch
     from test_watch import gif_frames
 
     real_episodes = watch.Player.episodes
@@ -468,7 +468,7 @@ class FailingServer:
     ("401", "https", "gave no usable answer"),  # TLS to a server that does not speak it
 ])
 def test_wandb_server_reachable_but_failing_is_found_by_one_bounded_probe(monkeypatch, behaviour, scheme, needle):
-    from hephaestus import sinks
+    from hephaestus.core import sinks
 
     server = FailingServer(behaviour)
     try:
@@ -481,8 +481,8 @@ def test_wandb_server_reachable_but_failing_is_found_by_one_bounded_probe(monkey
 
 
 def test_wandb_with_a_refused_key_logs_offline_with_one_line(tmp_path, monkeypatch, capsys):
-    from hephaestus import sinks
-    from hephaestus.config import TrainConfig
+    from hephaestus.core import sinks
+    from hephaestus.config.train_config import TrainConfig
 
     server = FailingServer("401")
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.port}")
@@ -509,7 +509,7 @@ def _default_sighup():
 def test_sighup_stops_and_saves_like_sigterm():
     code = (
         "import os, signal, time\n"
-        "from hephaestus.training_hooks import StopSignals\n"
+        "from hephaestus.run.training_hooks import StopSignals\n"
         "stop = StopSignals(message=print).install()\n"
         "os.kill(os.getpid(), signal.SIGHUP)\n"
         "time.sleep(0.2)\n"
@@ -568,7 +568,7 @@ def test_sighup_after_the_terminal_is_gone_still_saves(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    from hephaestus.export import load_params_npz
+    from hephaestus.core.export import load_params_npz
 
     final = ck.locate(str(tmp_path / "h")).step  # saved where it stopped, not only at the last periodic save:
     assert final == records(tmp_path / "h" / "metrics.jsonl")[-1]["update"]
@@ -583,7 +583,7 @@ SWEEP_TINY = ["--env", "gymnax:CartPole-v1", "--num-steps", "8", "--hidden-dim",
 
 
 def sweep_exit(argv):
-    from hephaestus import sweep as sw
+    from hephaestus.tools import sweep as sw
 
     try:
         return sw.main(argv)
@@ -677,8 +677,8 @@ def test_a_resume_cannot_turn_a_dreamer_into_ppo(saved_run, tmp_path, capsys):
 
 
 def test_another_agent_on_resume_takes_its_own_stages_so_the_stored_config_is_true(capsys):
-    from hephaestus.cli import check_resume_changes
-    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.run.cli import check_resume_changes
+    from hephaestus.config.train_config import TrainConfig, resolve
 
     stored, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", agent="dtc"))
     switched, _ = resolve(check_resume_changes(stored, stored.replace(agent="ppo"), {"agent"}))
@@ -691,7 +691,7 @@ def test_another_agent_on_resume_takes_its_own_stages_so_the_stored_config_is_tr
 def nan_params(tmp_path, cartpole_params):
     import jax
 
-    from hephaestus.export import load_params_npz, save_params_npz
+    from hephaestus.core.export import load_params_npz, save_params_npz
 
     params, meta = load_params_npz(cartpole_params)
     path = tmp_path / "nan" / "final_params.npz"
@@ -701,7 +701,7 @@ def nan_params(tmp_path, cartpole_params):
 
 
 def test_evaluate_and_watch_refuse_parameters_that_are_not_finite(tmp_path, capsys, cartpole_params):
-    from hephaestus import evaluate_agent, watch
+    from hephaestus.tools import evaluate_agent, watch
 
     path = nan_params(tmp_path, cartpole_params)
     assert evaluate_agent.main([path, "--episodes", "2", "--max-steps", "5"]) == 2
@@ -752,7 +752,7 @@ def write_metrics(path, values, cut_short=False):
 
 
 def test_plot_runs_into_a_folder_it_cannot_write_is_one_line(tmp_path, capsys):
-    from hephaestus import plotting
+    from hephaestus.tools import plotting
 
     metrics = write_metrics(tmp_path / "run_s0" / "metrics.jsonl", [1.0, 2.0])
     folder, unlock = immutable_folder(tmp_path)
@@ -768,7 +768,7 @@ def test_plot_runs_into_a_folder_it_cannot_write_is_one_line(tmp_path, capsys):
 def test_plot_runs_reads_a_run_killed_mid_write_and_nan_metrics_without_warnings(tmp_path, capsys):
     import warnings
 
-    from hephaestus import plotting
+    from hephaestus.tools import plotting
 
     killed = write_metrics(tmp_path / "killed_s0" / "metrics.jsonl", [1.0, 2.0, 3.0], cut_short=True)
     nans = write_metrics(tmp_path / "nans_s0" / "metrics.jsonl", [float("nan"), float("nan"), 1.0])
@@ -794,7 +794,7 @@ def test_evaluate_refuses_an_episode_count_that_cannot_fit_at_once(tmp_path, car
 @pytest.mark.parametrize("flag,target", [("--json", "folder"), ("--json", "locked"), ("--curve", "folder")])
 def test_evaluate_checks_its_outputs_before_playing_and_names_them(tmp_path, capsys, monkeypatch, cartpole_params,
                                                                    flag, target):
-    from hephaestus import evaluate_agent
+    from hephaestus.tools import evaluate_agent
 
     def never(*args, **kwargs):
         raise AssertionError("the agent was evaluated before its output was checked")
@@ -814,7 +814,7 @@ def test_evaluate_checks_its_outputs_before_playing_and_names_them(tmp_path, cap
 
 
 def test_watch_and_inspect_exit_2_on_bad_input_as_train_and_evaluate_do(tmp_path, capsys):
-    from hephaestus import inspect_checkpoint, watch
+    from hephaestus.tools import inspect_checkpoint, watch
 
     assert watch.main([str(tmp_path / "nope.npz")], compile_cache=False) == 2
     error_line(capsys.readouterr().err, "no such file")
@@ -825,7 +825,7 @@ def test_watch_and_inspect_exit_2_on_bad_input_as_train_and_evaluate_do(tmp_path
 
 
 def test_a_fresh_run_on_a_full_disk_leaves_no_folder_or_lock_behind(tmp_path, capsys, monkeypatch):
-    from hephaestus import runlock
+    from hephaestus.run import runlock
 
     class FullDisk:  # the lock file is created (an inode is free), writing its text fails
         def __getattr__(self, name):

@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hephaestus import networks as nets
-from hephaestus.config import TrainConfig, resolve
-from hephaestus.export import load_params_npz
-from hephaestus.normalization import merge_moments
-from hephaestus.stages import option_stages
+from hephaestus.core import networks as nets
+from hephaestus.config.train_config import TrainConfig, resolve
+from hephaestus.core.export import load_params_npz
+from hephaestus.agents.normalization.stages import merge_moments
+from hephaestus.core.stages import option_stages
 from train_cli import assert_same_params, main, resume_cut_back_copy
 
 PENDULUM = ["--env", "gymnax:Pendulum-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
@@ -61,7 +61,7 @@ def test_the_network_standardises_with_its_statistics_and_no_gradient_reaches_th
 
 
 def test_the_flags_add_their_stages_in_pipeline_order_and_are_off_by_default():
-    from hephaestus.ppo import make_train
+    from hephaestus.core.ppo import make_train
 
     base = TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=8, hidden_dim=8, num_layers=1,
                                  log_interval=1)

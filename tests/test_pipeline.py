@@ -5,11 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hephaestus import networks as nets
-from hephaestus.config import ConfigError, TrainConfig, auto_scale_for_batch_size, resolve
+from hephaestus.core import networks as nets
+from hephaestus.config.train_config import ConfigError, TrainConfig, auto_scale_for_batch_size, resolve
 from hephaestus.envs.adapters import adapt_gymnax
-from hephaestus.loop import TrainingError, run
-from hephaestus.ppo import CORE_METRICS, gae, make_train
+from hephaestus.run.loop import TrainingError, run
+from hephaestus.core.ppo import CORE_METRICS, gae, make_train
 from toy_envs import MaskBugBandit, MaskedBandit, RandomWalk
 
 # One worker runs this module, so its module fixture runs once (tests/conftest.py).
@@ -319,9 +319,9 @@ def test_env_dependent_defaults_fill_only_what_is_not_given():
     resolved values win."""
     from types import SimpleNamespace
 
-    from hephaestus.checkpoint import config_of
-    from hephaestus.cli import build_parser, config_from_args
-    from hephaestus.config import ENV_DEFAULTS, FALLBACK_DEFAULTS
+    from hephaestus.run.checkpoint import config_of
+    from hephaestus.run.cli import build_parser, config_from_args
+    from hephaestus.config.train_config import ENV_DEFAULTS, FALLBACK_DEFAULTS
 
     settled = lambda config: resolve(config)[0]
     hackmatrix = ENV_DEFAULTS["hackmatrix"]["ent_coef"]
@@ -391,7 +391,7 @@ def test_a_stop_lets_the_queued_chunk_finish_and_log_then_nothing_more_runs():
 
 
 def test_the_checkpoint_hook_asks_for_the_state_only_when_a_save_is_due(tmp_path):
-    from hephaestus.training_hooks import CheckpointHook, NanGuard, StopSignals
+    from hephaestus.run.training_hooks import CheckpointHook, NanGuard, StopSignals
 
     by_updates = CheckpointHook(checkpointer=None, every_updates=4, start_update=0)
     assert [by_updates.needs_state(u) for u in (2, 4, 6)] == [False, True, True]

@@ -10,10 +10,10 @@ import optax
 import pytest
 from flax.training.train_state import TrainState
 
-from hephaestus import networks as nets
-from hephaestus.distributed import Sharder
-from hephaestus.obs_storage import ObsStorage
-from hephaestus.ppo import (PPOContext, TRAIN_KEYS, advantage_apply, epoch_order, gae, minibatch, ppo_loss,
+from hephaestus.core import networks as nets
+from hephaestus.core.distributed import Sharder
+from hephaestus.core.obs_storage import ObsStorage
+from hephaestus.core.ppo import (PPOContext, TRAIN_KEYS, advantage_apply, epoch_order, gae, minibatch, ppo_loss,
                             ppo_update_apply, to_rows)
 
 HYPER = {"clip_eps": 0.2, "vf_coef": 0.5, "ent_coef": 0.01, "gamma": 0.9, "gae_lambda": 0.8}

@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from hephaestus import export
-from hephaestus.saved_agent import LoadError, fetch_wandb_params, parse_wandb_path
+from hephaestus.core import export
+from hephaestus.tools.saved_agent import LoadError, fetch_wandb_params, parse_wandb_path
 from train_cli import main as train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,7 +27,7 @@ CLAIMS = {"cartpole": (20, "eval/return_mean", 475.0),
 
 
 def evaluate(path, episodes, tmp_path):
-    from hephaestus.evaluate_agent import main
+    from hephaestus.tools.evaluate_agent import main
 
     out = tmp_path / "eval.json"
     assert main([path, "--episodes", str(episodes), "--json", str(out)]) == 0
@@ -56,7 +56,7 @@ def test_a_shipped_agent_loads_and_plays_as_claimed(name, tmp_path):
 
 
 def test_watch_plays_the_shipped_cartpole_agent(capsys):
-    from hephaestus.watch import main
+    from hephaestus.tools.watch import main
 
     assert main([os.path.join(PRETRAINED, "cartpole"), "--episodes", "1", "--max-steps", "500"],
                 compile_cache=False) == 0
@@ -69,7 +69,7 @@ def test_export_pretrained_writes_one_agent_without_optimizer_state(tmp_path, ca
            "--total-timesteps", "128", "--num-seeds", "2", "--final-eval-episodes", "3", "--run-name", "two",
            "--checkpoint-dir", str(tmp_path)]
     assert train(*run) == 0
-    from hephaestus.inspect_checkpoint import main
+    from hephaestus.tools.inspect_checkpoint import main
 
     out = tmp_path / "pretrained" / "two"
     assert main([str(tmp_path / "two"), "--export-pretrained", str(out), "--seed-index", "1"]) == 0
@@ -104,7 +104,7 @@ def test_wandb_paths_parse_and_fail_in_one_line_offline(monkeypatch, tmp_path, c
     monkeypatch.setitem(sys.modules, "wandb", None)  # wandb not installed
     with pytest.raises(LoadError, match="pip install wandb"):
         fetch_wandb_params("wandb:me/proj/abc123")
-    from hephaestus.watch import main
+    from hephaestus.tools.watch import main
 
     assert main(["wandb:me/proj"], compile_cache=False) == 2
     err = capsys.readouterr().err

@@ -8,10 +8,10 @@ import numpy as np
 import optax
 import pytest
 
-from hephaestus import checkpoint as ck
-from hephaestus import networks as nets
-from hephaestus.config import ConfigError, TrainConfig, resolve
-from hephaestus.export import network_from_meta, network_meta
+from hephaestus.run import checkpoint as ck
+from hephaestus.core import networks as nets
+from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
+from hephaestus.core.export import network_from_meta, network_meta
 from test_encoder import SMALL, cell_env, trainer
 
 TOKENS, CHANNELS, FLAT = 12, 4, 2

@@ -10,9 +10,9 @@ import jax
 import numpy as np
 import pytest
 
-from hephaestus import checkpoint as ck
-from hephaestus.export import load_params_npz, select_seed
-from hephaestus.sinks import iqm, loggable, seeds_reduce
+from hephaestus.run import checkpoint as ck
+from hephaestus.core.export import load_params_npz, select_seed
+from hephaestus.core.sinks import iqm, loggable, seeds_reduce
 from train_cli import main
 
 # One worker runs this module, so its module fixture runs once (tests/conftest.py).
@@ -80,8 +80,8 @@ def test_every_seed_is_evaluated_as_its_single_seed_run_would_be(multi):
     """--eval-every and the final evaluation of a --num-seeds run: one vmapped program evaluates every agent, agent
     i with the key of a single run seeded SEED + i; the record holds the mean over seeds and per-seed values."""
     from hephaestus.envs.registry import make_env
-    from hephaestus.evaluation import Evaluator, eval_key
-    from hephaestus.export import network_from_meta
+    from hephaestus.core.evaluation import Evaluator, eval_key
+    from hephaestus.core.export import network_from_meta
 
     rs = records(multi)
     for r in rs:  # updates 2 and 4, both multiples of --eval-every 2
@@ -135,7 +135,7 @@ def test_checkpoint_holds_every_seed_and_resumes_bit_identically(multi, tmp_path
 
 def test_resume_with_another_seed_count_is_a_one_line_error(multi, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
-        from hephaestus import train
+        from hephaestus.run import train
         train.main(["--resume", str(multi), "--num-seeds", "2", "--run-name", "other",
                     "--checkpoint-dir", str(tmp_path)])
     assert exit_.value.code == 2
@@ -145,7 +145,7 @@ def test_resume_with_another_seed_count_is_a_one_line_error(multi, tmp_path, cap
 
 
 def test_seed_index_picks_that_seeds_parameters(multi, capsys):
-    from hephaestus.watch import Player, main as watch_main
+    from hephaestus.tools.watch import Player, main as watch_main
 
     params, meta = load_params_npz(str(multi / "final_params.npz"))
     player = Player(str(multi / "final_params.npz"), seed_index=2)
@@ -160,9 +160,9 @@ def test_seed_index_picks_that_seeds_parameters(multi, capsys):
 
 @pytest.mark.heavy
 def test_two_dtc_agents_train_in_one_program():
-    from hephaestus.cli import build_parser, config_from_args
-    from hephaestus.config import resolve
-    from hephaestus.ppo import make_train
+    from hephaestus.run.cli import build_parser, config_from_args
+    from hephaestus.config.train_config import resolve
+    from hephaestus.core.ppo import make_train
     from test_dtc import TINY as DTC_TINY
 
     config, _ = resolve(config_from_args(build_parser().parse_args(DTC_TINY + ["--num-seeds", "2"])))
@@ -179,8 +179,8 @@ def test_two_dtc_agents_train_in_one_program():
 
 
 def test_num_seeds_flag_is_documented_and_checked(capsys):
-    from hephaestus import train
-    from hephaestus.cli import build_parser
+    from hephaestus.run import train
+    from hephaestus.run.cli import build_parser
 
     assert "--num-seeds" in build_parser().format_help()
     with pytest.raises(SystemExit) as exit_:

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from hephaestus.sinks import HealthMonitor, chunk_reduce
+from hephaestus.core.sinks import HealthMonitor, chunk_reduce
 
 
 def record(**kw):
@@ -55,8 +55,8 @@ def test_curriculum_episodes_are_reported_apart_from_fresh_ones():
     """Episodes begun as a curriculum's late start count under curriculum/, not in the fresh games' episode/."""
     import jax.numpy as jnp
 
-    from hephaestus import rollout_metrics
-    from hephaestus.episode_stats import EpisodeStat
+    from hephaestus.core import rollout_metrics
+    from hephaestus.envs.episode_stats import EpisodeStat
 
     stats = (EpisodeStat("stage_reached", "max", thresholds=(2,)),)
     sums = rollout_metrics.zero_sums(stats, (), ())

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from hephaestus.watchdog import StartupWatchdog
+from hephaestus.run.watchdog import StartupWatchdog
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", "128",
@@ -36,12 +36,12 @@ def test_fresh_agents_and_ensembles_initialise_with_unbatched_qrs_only():
     """A vmapped orthogonal initialiser is a *batched* QR, which jaxlib 0.10's CPU kernels split over XLA's pool
     while blocking a pool thread: the deadlock of issue 23. Several agents (--num-seeds, sweeps) and DTC's
     ensemble members are initialised one at a time instead; their compiled programs hold QRs of single matrices."""
-    from hephaestus.config import TrainConfig, resolve
-    from hephaestus.dtc import rssm
-    from hephaestus.dtc.agent import sizes_from
+    from hephaestus.config.train_config import TrainConfig, resolve
+    from hephaestus.agents.dtc import rssm
+    from hephaestus.agents.dtc.agent import sizes_from
     from hephaestus.envs.registry import make_env
-    from hephaestus.ppo import make_train
-    from hephaestus.runner_state import initial_hyper
+    from hephaestus.core.ppo import make_train
+    from hephaestus.core.runner_state import initial_hyper
 
     config = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=8, hidden_dim=32,
                                            num_layers=2, num_seeds=3, total_timesteps=96))[0]
@@ -73,7 +73,7 @@ def fresh_interpreter_output(code: str, timeout: int = 300) -> list[str]:
 
 def test_the_package_and_the_training_entry_do_not_import_jax():
     """`--help` and a one-line error need no jax start."""
-    code = ("import hephaestus, hephaestus.entry_points, hephaestus.train, hephaestus.watchdog\n"
+    code = ("import hephaestus, hephaestus.tools.entry_points, hephaestus.run.train, hephaestus.run.watchdog\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib')))")
     assert fresh_interpreter_output(code, timeout=120) == ["[]"]
 
@@ -162,7 +162,8 @@ def test_watchdog_does_not_judge_paused_stopped_or_suspended_time():
 STALLED_RUN = textwrap.dedent("""
     import sys, threading
     sys.path.insert(0, "python")
-    from hephaestus import ppo, train
+    from hephaestus.core import ppo
+    from hephaestus.run import train
 
     real_make_train = ppo.make_train
 
@@ -207,10 +208,10 @@ def test_startup_timeout_must_not_be_negative():
 
 
 def test_the_loop_watches_the_first_compile_and_chunk_then_stops_the_watchdog():
-    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.config.train_config import TrainConfig, resolve
     from hephaestus.envs.adapters import adapt_gymnax
-    from hephaestus.loop import run
-    from hephaestus.ppo import make_train
+    from hephaestus.run.loop import run
+    from hephaestus.core.ppo import make_train
     from toy_envs import RandomWalk
 
     class Recorder:
@@ -234,9 +235,9 @@ def test_the_loop_watches_the_first_compile_and_chunk_then_stops_the_watchdog():
 
 
 def _walk_trainer(**kwargs):
-    from hephaestus.config import TrainConfig, resolve
+    from hephaestus.config.train_config import TrainConfig, resolve
     from hephaestus.envs.adapters import adapt_gymnax
-    from hephaestus.ppo import make_train
+    from hephaestus.core.ppo import make_train
     from toy_envs import RandomWalk
 
     env = RandomWalk()
@@ -287,7 +288,7 @@ def test_a_state_of_other_types_or_a_failed_ahead_compile_is_handled_where_the_l
 def test_a_run_that_fails_in_setup_in_process_leaves_no_watchdog_running(tmp_path, capsys):
     """main() called in-process (a notebook, the tests) that stops with a one-line error during setup must not
     leave its watchdog watching: it would end the caller's process once that process idles for the timeout."""
-    from hephaestus.train import main
+    from hephaestus.run.train import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["--env", "gymnax:NoSuchEnv-v0", "--checkpoint-dir", str(tmp_path), "--no-wandb"])

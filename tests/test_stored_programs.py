@@ -7,9 +7,9 @@ import jax
 import numpy as np
 import pytest
 
-from hephaestus import stored_programs
-from hephaestus.config import TrainConfig, resolve
-from hephaestus.ppo import make_train
+from hephaestus.core import stored_programs
+from hephaestus.config.train_config import TrainConfig, resolve
+from hephaestus.core.ppo import make_train
 
 TINY = dict(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, hidden_dim=16, num_layers=1, num_minibatches=2,
             update_epochs=1, log_interval=3)
@@ -100,8 +100,8 @@ def test_a_damaged_or_foreign_stored_file_is_a_miss_and_is_replaced(tmp_path):
 def test_the_training_script_stores_its_chunk_only_with_the_compilation_cache(tmp_path, cache):
     from unittest import mock
 
-    import hephaestus.train as train
-    from hephaestus.trainer import Trainer
+    import hephaestus.run.train as train
+    from hephaestus.core.trainer import Trainer
 
     made = {}
     original = Trainer.__post_init__
@@ -113,7 +113,7 @@ def test_the_training_script_stores_its_chunk_only_with_the_compilation_cache(tm
     argv = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", "64",
             "--hidden-dim", "16", "--num-layers", "1", "--no-wandb", "--final-eval-episodes", "0",
             "--checkpoint-dir", str(tmp_path)]
-    off = mock.patch("hephaestus.compilation_cache.enable_compilation_cache", return_value=None)
+    off = mock.patch("hephaestus.core.compilation_cache.enable_compilation_cache", return_value=None)
     with mock.patch.object(Trainer, "__post_init__", record), (off if cache == "off" else mock.MagicMock()):
         assert train.main(argv) == 0
     if cache == "off":
@@ -153,8 +153,8 @@ def test_an_evaluation_program_is_stored_and_read_back_with_the_same_episodes(tm
     """The evaluation program (evaluation.Evaluator with a cache directory and a description of its agent): the
     first evaluation exports it, a later Evaluator of the same agent and shape reads it back without tracing and
     plays the same episodes as the plain jitted program; another batch size is another program."""
-    from hephaestus.evaluation import Evaluator
-    from hephaestus.export import network_meta
+    from hephaestus.core.evaluation import Evaluator
+    from hephaestus.core.export import network_meta
 
     trainer = make_train(config(num_seeds=2))
     params, key = trainer.runner_state.train_state.params, jax.random.split(jax.random.PRNGKey(4), 2)
@@ -199,8 +199,8 @@ def test_committed_and_host_inputs_run_one_compiled_evaluation(tmp_path):
     evaluates a file's numpy arrays. Lowered as they are, the two make different programs (the committed inputs'
     one-device sharding is written into it) and evaluate.py after a training run missed the run's compilation-cache
     entry; the stored program compiles both for the same sharding-less shapes: one executable, the same episodes."""
-    from hephaestus.evaluation import Evaluator
-    from hephaestus.export import network_meta
+    from hephaestus.core.evaluation import Evaluator
+    from hephaestus.core.export import network_meta
 
     trainer = make_train(config())
     params = trainer.runner_state.train_state.params

@@ -8,8 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from hephaestus import sweep as sw
-from hephaestus.config import DATA_HYPERPARAMETERS, TrainConfig, resolve
+from hephaestus.tools import sweep as sw
+from hephaestus.config.train_config import DATA_HYPERPARAMETERS, TrainConfig, resolve
 from train_cli import main as train_main
 
 TINY = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
@@ -42,7 +42,7 @@ def test_grid_expansion_random_search_and_grouping():
 
 
 def test_float_hyperparameters_are_data_not_program_constants():
-    from hephaestus.ppo import make_train
+    from hephaestus.core.ppo import make_train
 
     config = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, hidden_dim=16, num_layers=1,
                                  log_interval=2, num_minibatches=2, update_epochs=1))[0]
@@ -97,7 +97,7 @@ def test_tiny_sweep_vmaps_its_points_and_each_agent_is_the_single_run(tmp_path, 
     assert evaluated["metrics"]["per_seed"]["eval/return_mean"][3] == pytest.approx(
         single_eval["metrics"]["eval/return_mean"], rel=1e-4)
     # ... and its parameters are saved as row 3 of the group's parameter file, labelled with its point and seed.
-    from hephaestus.export import agent_label, load_params_npz, select_seed
+    from hephaestus.core.export import agent_label, load_params_npz, select_seed
 
     swept, swept_meta = load_params_npz(str(out / "g" / "final_params.npz"))
     alone, _ = load_params_npz(str(tmp_path / "single" / "final_params.npz"))
@@ -119,7 +119,7 @@ def test_a_full_disk_ends_a_sweep_with_one_line_naming_the_write_and_what_is_com
     results are complete."""
     import errno
 
-    from hephaestus import sinks
+    from hephaestus.core import sinks
 
     def no_space(path):
         def raise_(*args, **kwargs):
@@ -178,10 +178,10 @@ def test_checkpoint_from_before_the_hyperparameters_were_data_resumes_exactly(tm
     """A checkpoint whose RunnerState.hyper holds only lr and num_updates and whose optimizer injects only the
     learning rate (the layout before the other hyperparameters became data) resumes, and the run ends with the
     parameters of an uninterrupted run."""
-    from hephaestus import checkpoint as ck
-    from hephaestus.cli import build_parser, config_from_args
-    from hephaestus.export import load_params_npz
-    from hephaestus.ppo import make_train
+    from hephaestus.run import checkpoint as ck
+    from hephaestus.run.cli import build_parser, config_from_args
+    from hephaestus.core.export import load_params_npz
+    from hephaestus.core.ppo import make_train
 
     args = [*TINY, "--save-interval", "2", "--checkpoint-dir", str(tmp_path)]
     assert train_main(*args, "--run-name", "ref") == 0

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hephaestus.config import ConfigError, TrainConfig, resolve
+from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
 from hephaestus.envs.adapters import adapt_gymnax
-from hephaestus.ppo import make_train
+from hephaestus.core.ppo import make_train
 from toy_envs import RandomWalk
 
 # One worker runs this module, so its module fixture runs once (tests/conftest.py).
@@ -87,7 +87,7 @@ def test_a_teacher_the_env_does_not_have_is_a_one_line_error():
 
 
 def test_hackmatrix_learns_from_exit_rush_collector_by_default_and_none_turns_it_off():
-    from hephaestus.config import has_teacher
+    from hephaestus.config.train_config import has_teacher
 
     def settled(**flags):
         return resolve(TrainConfig.from_flat(**flags))[0]
@@ -102,7 +102,7 @@ def test_hackmatrix_learns_from_exit_rush_collector_by_default_and_none_turns_it
 
 
 def test_a_checkpoint_from_before_the_teacher_resumes_without_one():
-    from hephaestus.checkpoint import stored_config
+    from hephaestus.run.checkpoint import stored_config
 
     values = {"env": "hackmatrix", "ent_coef": 0.1, "hidden_dim": 256}  # a stored config with no teacher field
     assert stored_config(values, "test").ppo.teacher == "none"

@@ -9,8 +9,8 @@ import struct
 
 import pytest
 
-from hephaestus import sinks
-from hephaestus.config import TrainConfig
+from hephaestus.core import sinks
+from hephaestus.config.train_config import TrainConfig
 from train_cli import main
 
 TINY = ["--env", "gymnax:CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
@@ -166,9 +166,9 @@ def test_action_groups_become_action_fractions():
     """An env that names action ranges gets `actions/<name>_frac` per update (HackMatrix: move/siphon/program)."""
     import numpy as np
 
-    from hephaestus.config import resolve
+    from hephaestus.config.train_config import resolve
     from hephaestus.envs.adapters import adapt_gymnax
-    from hephaestus.ppo import make_train
+    from hephaestus.core.ppo import make_train
     from toy_envs import RandomWalk
 
     env = RandomWalk()
@@ -214,7 +214,7 @@ def test_offline_run_follows_the_dashboard_conventions(tmp_path):
 
 
 def test_logged_config_keeps_the_stages_in_use():
-    from hephaestus.config import resolve
+    from hephaestus.config.train_config import resolve
 
     ppo, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1"))
     dtc, _ = resolve(TrainConfig.from_flat(env="gymnax:CartPole-v1", agent="dtc"))

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hephaestus.config import TrainConfig, resolve
+from hephaestus.config.train_config import TrainConfig, resolve
 from hephaestus.envs.registry import make_env
-from hephaestus.export import network_meta, save_params_npz
-from hephaestus.networks import make_network
-from hephaestus.watch import CAPTION_H, WatchError, resolve_params_path
+from hephaestus.core.export import network_meta, save_params_npz
+from hephaestus.core.networks import make_network
+from hephaestus.tools.watch import CAPTION_H, WatchError, resolve_params_path
 
 # One worker runs this module, so its HackMatrix and CartPole runs (module fixtures) are made once (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("test_watch")
@@ -126,7 +126,7 @@ def test_bad_input_to_the_script_is_a_one_line_error(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", ["junk", "unknown_env", "mismatch"])
 def test_bad_input_is_a_one_line_error(tmp_path, kind, capsys):
-    from hephaestus.watch import main
+    from hephaestus.tools.watch import main
 
     target, needle = bad_input(tmp_path, kind)
     assert main([str(target), "--episodes", "1"], compile_cache=False) == 2
@@ -215,7 +215,7 @@ def test_mp4_has_every_frame(tmp_path):
     pytest.importorskip("imageio_ffmpeg")
     import imageio_ffmpeg
 
-    from hephaestus.watch import write_mp4
+    from hephaestus.tools.watch import write_mp4
 
     frames = [np.full((50, 70, 3), 20 * i, np.uint8) for i in range(7)]
     path = str(tmp_path / "clip.mp4")
@@ -231,7 +231,7 @@ def test_mp4_has_every_frame(tmp_path):
 
 
 def test_window_needs_a_display(tmp_path, monkeypatch, capsys):
-    from hephaestus.watch import main
+    from hephaestus.tools.watch import main
 
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
@@ -246,7 +246,7 @@ def test_window_view_draws_frames(monkeypatch):
     """The window view on matplotlib's Agg backend (no screen here), pretending it is interactive."""
     import matplotlib
 
-    from hephaestus import watch
+    from hephaestus.tools import watch
 
     matplotlib.use("Agg")
     monkeypatch.setattr(watch, "has_display", lambda: True)
@@ -264,7 +264,7 @@ def test_window_view_draws_frames(monkeypatch):
 
 
 def test_env_flag_fills_in_only_what_the_file_lacks(tmp_path, capsys):
-    from hephaestus.watch import main
+    from hephaestus.tools.watch import main
 
     env = make_env("gymnax:CartPole-v1")
     config, _ = resolve(TrainConfig.from_flat(env="", hidden_dim=8, num_layers=1), env.spec)
@@ -333,7 +333,7 @@ def presented_walk():
 
 
 def test_watch_shows_an_env_through_its_declared_presentation(tmp_path, monkeypatch, capsys):
-    from hephaestus import saved_agent, watch
+    from hephaestus.tools import saved_agent, watch
     from hephaestus.envs.adapters import adapt_gymnax
 
     raw = presented_walk()
@@ -370,7 +370,7 @@ def test_watch_shows_an_env_through_its_declared_presentation(tmp_path, monkeypa
 def test_generic_presentation_for_a_jumanji_env(tmp_path, capsys):
     """jumanji Snake declares no presentation: action indices, "terminated", no status line, the observation's
     values as text and its bar plot as frames."""
-    from hephaestus.watch import main
+    from hephaestus.tools.watch import main
 
     path = fresh_params(tmp_path / "final_params.npz", "jumanji:Snake-v1")
     gif = tmp_path / "snake.gif"
@@ -388,9 +388,9 @@ def test_generic_presentation_for_a_jumanji_env(tmp_path, capsys):
 def test_watch_module_names_no_env():
     """With the behavioural tests above: what watch.py shows of an env comes from its Presentation, so the
     module names no env and none of HackMatrix's game terms."""
-    import hephaestus.watch
+    import hephaestus.tools.watch
 
-    source = open(hephaestus.watch.__file__).read().lower()
+    source = open(hephaestus.tools.watch.__file__).read().lower()
     for word in ("hackmatrix", "siphon", "program", "stage", "credits", "cartpole", "gymnax", "jumanji"):
         assert word not in source, word
 
@@ -401,8 +401,8 @@ def test_eval_game_replays_the_game_evaluate_played(tmp_path):
     return and statistics for every game, across two batches (--batch-size 3 of 6 games: the batch's own key)."""
     import json
 
-    from hephaestus.evaluation import GameKeys
-    from hephaestus.watch import Player
+    from hephaestus.core.evaluation import GameKeys
+    from hephaestus.tools.watch import Player
 
     params = fresh_params(tmp_path / "final_params.npz", "hackmatrix")
     report = tmp_path / "eval.json"

@@ -93,7 +93,7 @@ class StatWalk(RandomWalk):
     """RandomWalk declaring per-episode statistics (episode_stats.py): moves to the right (a sum), the largest
     |pos| (a level, thresholds 2 and 3) and whether the walk hit the bound (a flag)."""
 
-    from hephaestus.episode_stats import EpisodeStat
+    from hephaestus.envs.episode_stats import EpisodeStat
 
     episode_stats = (EpisodeStat("right_moves", "sum"), EpisodeStat("reach", "max", thresholds=(2, 3)),
                      EpisodeStat("hit_bound", "max", rate=True))

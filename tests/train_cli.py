@@ -7,8 +7,8 @@ import shutil
 import jax
 import numpy as np
 
-from hephaestus import train
-from hephaestus.export import load_params_npz
+from hephaestus.run import train
+from hephaestus.core.export import load_params_npz
 
 
 def main(*args):

@@ -1,7 +1,7 @@
-"""The public Python API: `hephaestus.load_agent`, `Agent.act`, `hephaestus.make_env`, `hephaestus.train`.
+"""The public Python API: `hephaestus.load_agent`, `Agent.act`, `hephaestus.make_env`, `hephaestus.run.train`.
 
     import jax, hephaestus
-    run = hephaestus.train(env="gymnax:CartPole-v1", total_timesteps=20_000)  # the CLI's flags, as keywords
+    run = hephaestus.run.train(env="gymnax:CartPole-v1", total_timesteps=20_000)  # the CLI's flags, as keywords
     agent = hephaestus.load_agent(run.run_dir)  # or whatever watch_agent.py takes: a params file, a step directory
     state, step = agent.env.reset(jax.random.PRNGKey(0))
     action = agent.act(step)  # greedy; agent.act(step, key) samples; the step's action mask applies
@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from hephaestus.saved_agent import LoadError
+from hephaestus.tools.saved_agent import LoadError
 
 
 class TrainError(RuntimeError):
@@ -57,7 +57,7 @@ class Agent:
     @property
     def num_seeds(self) -> int:
         """How many agents the file holds (a --num-seeds run's); this one is row `seed_index`."""
-        from hephaestus.export import num_seeds_of
+        from hephaestus.core.export import num_seeds_of
 
         return num_seeds_of(self.meta)
 
@@ -92,7 +92,7 @@ class Agent:
         if greedy not in self._compiled:
             import jax
 
-            from hephaestus import networks
+            from hephaestus.core import networks
 
             network = self.network
 
@@ -109,7 +109,7 @@ def load_agent(path: str, seed_index: int | None = None, env_params: dict | None
     watch_agent.py takes). `seed_index`: which agent of a --num-seeds file (default 0); `env_params`: play a
     variant of its env (default: the env's own parameters); `env`: the env name for a file that names none.
     LoadError (one line) on a bad path or file."""
-    from hephaestus.saved_agent import load_agent as read_agent, resolve_params_path
+    from hephaestus.tools.saved_agent import load_agent as read_agent, resolve_params_path
 
     params_path = resolve_params_path(os.fspath(path))
     params, meta, adapted, network = read_agent(params_path, env, seed_index, env_params)
@@ -120,7 +120,7 @@ def load_agent(path: str, seed_index: int | None = None, env_params: dict | None
 def make_env(name: str, **params):
     """The env `--env NAME` trains on, with `params` as `--env-params` gives them (values or text): an
     `AdaptedEnv` with `reset(key) -> (state, step)` and `step(key, state, action) -> (state, step)`."""
-    from hephaestus.saved_agent import load_env
+    from hephaestus.tools.saved_agent import load_env
 
     return load_env(name, **params)
 
@@ -143,7 +143,7 @@ class TrainResult:
 def _coerce(name: str, value):
     """A keyword's value as its option expects it: 2e4 for an int option is 20000; a dict of env params is
     --env-params' NAME=VALUE list; a comma-separated string is a list option's items."""
-    from hephaestus.config import options
+    from hephaestus.config.train_config import options
 
     option = options().get(name)
     if option is None:
@@ -155,7 +155,7 @@ def _coerce(name: str, value):
         if isinstance(value, dict):
             return tuple(f"{k}={v}" for k, v in value.items())
         if isinstance(value, str):
-            from hephaestus.cli import comma_separated, whole_numbers
+            from hephaestus.run.cli import comma_separated, whole_numbers
 
             return comma_separated(value) if option.element is str else whole_numbers(value)
     return value
@@ -168,18 +168,17 @@ def train(config=None, **overrides) -> TrainResult:
     their flat names, the flags' names with `_` (`env="gymnax:CartPole-v1"`, `total_timesteps=2e4`,
     `num_seeds=2`, `env_params={"distance_coef": 0}`). The run is written to `<checkpoint_dir>/<run_name>`
     as the command writes it. ConfigError (one line) on a bad option; TrainError when the run did not finish."""
-    import importlib
 
-    from hephaestus.config import ConfigError, TrainConfig, from_flat_dict, options
-    from hephaestus.config import _did_you_mean as did_you_mean
-    from hephaestus.export import load_params_npz
+    from hephaestus.config.train_config import ConfigError, TrainConfig, from_flat_dict, options
+    from hephaestus.config.train_config import _did_you_mean as did_you_mean
+    from hephaestus.core.export import load_params_npz
 
     if config is None:
         base = TrainConfig()
     elif isinstance(config, TrainConfig):
         base = config
     elif isinstance(config, (str, os.PathLike)):
-        from hephaestus.config_files import load_config_file
+        from hephaestus.config.files import load_config_file
 
         base = load_config_file(os.fspath(config))
     else:
@@ -189,7 +188,7 @@ def train(config=None, **overrides) -> TrainResult:
         if name not in known:
             raise ConfigError(f"train(): unknown option {name!r}{did_you_mean(name)}")
     config = from_flat_dict({k: _coerce(k, v) for k, v in overrides.items()}, "train():", base)
-    trainer = importlib.import_module("hephaestus.train")  # the module (`hephaestus.train` is also this function)
+    from hephaestus.run import train as trainer
     outcome: dict = {}
     try:
         code = trainer.run_config(config, outcome=outcome)

@@ -37,18 +37,18 @@ import math
 import sys
 import time
 
-from hephaestus.entry_points import require_this_checkout
+from hephaestus.tools.entry_points import require_this_checkout
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hephaestus.config import AGENTS as AGENT_SETTINGS
-from hephaestus.config import TrainConfig, agent_config, resolve
+from hephaestus.config.train_config import AGENTS as AGENT_SETTINGS
+from hephaestus.config.train_config import TrainConfig, agent_config, resolve
 from hephaestus.envs.registry import make_env
-from hephaestus.experiment import add_out, check_out
-from hephaestus.ppo import make_train
-from hephaestus.stage_options import ConfigError
-from hephaestus.stages import Stage, register_stage
+from hephaestus.tools.experiment import add_out, check_out
+from hephaestus.core.ppo import make_train
+from hephaestus.config.registry import ConfigError
+from hephaestus.core.stages import Stage, register_stage
 
 AGENTS = ("random", "ppo", "count", "rnd", "disagreement", "dtc", "dreamer", "dreamer-dtc")
 BAD_THRESHOLD = 0.9  # bsuite deep_sea analysis.find_solution(thresh=0.9)
@@ -120,7 +120,7 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
                          dtc_reward_power=args.reward_power,
                          dtc_wm_batch=args.wm_batch,
                          dtc_wm_lr=args.wm_lr,
-                         # an agent that sets its own member count (config.AGENTS: the plain dreamer's 1) keeps it
+                         # an agent that sets its own member count (its --agent values: the plain dreamer's 1) keeps it
                          dtc_ensemble_size=None if "dtc_ensemble_size" in AGENT_SETTINGS[agent][1]
                          else args.ensemble_size,
                          dtc_deter_dim=args.wm_dim, dtc_hidden_dim=args.wm_dim, dtc_prior_scale=args.prior_scale,
@@ -132,7 +132,7 @@ def make_config(size: int, agent: str, ent_coef: float, args) -> TrainConfig:
         config = config.replace(dtc_competence=args.competence)
         if args.competence_coef is not None:  # else the agent's own gain, 1
             config = config.replace(dtc_competence_coef=args.competence_coef)
-    # None (not given) leaves them auto: resolve settles the dreamer's defaults (dtc/options.py's tables)
+    # None (not given) leaves them auto: resolve settles the dreamer's defaults (agents/dreamer/options.py's tables)
     config = config.replace(dreamer_entropy=args.dreamer_entropy, dreamer_advantage_norm=args.dreamer_advantage_norm)
     config = agent_config(config, agent)
     critic = ("intrinsic_critic",) if args.intrinsic_critic and agent in BONUS_AGENTS else ()

@@ -26,8 +26,8 @@ import os
 import subprocess
 import sys
 
-from hephaestus.entry_points import load_script, require_this_checkout
-from hephaestus.experiment import add_out, check_out, write_results
+from hephaestus.tools.entry_points import load_script, require_this_checkout
+from hephaestus.tools.experiment import add_out, check_out, write_results
 
 
 # scripts/experiments/dreamer_cartpole.py: its dreamer settings and output writer are this one's.

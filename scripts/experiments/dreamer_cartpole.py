@@ -24,8 +24,8 @@ import os
 import subprocess
 import sys
 
-from hephaestus.entry_points import require_this_checkout
-from hephaestus.experiment import add_out, check_out, write_results
+from hephaestus.tools.entry_points import require_this_checkout
+from hephaestus.tools.experiment import add_out, check_out, write_results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(ROOT, "scripts", "train_purejaxrl.py")
@@ -89,14 +89,14 @@ def open_loop(run_dir: str, episodes: int, context: int, horizon: int, seed: int
     import jax.numpy as jnp
     import numpy as np
 
-    from hephaestus import checkpoint as ck
-    from hephaestus import networks as nets
-    from hephaestus.compilation_cache import enable_compilation_cache
-    from hephaestus.config import resolve
-    from hephaestus.dtc import rssm
-    from hephaestus.dtc.agent import sizes_from
-    from hephaestus.dtc.dreamer import member
-    from hephaestus.ppo import make_train
+    from hephaestus.run import checkpoint as ck
+    from hephaestus.core import networks as nets
+    from hephaestus.core.compilation_cache import enable_compilation_cache
+    from hephaestus.config.train_config import resolve
+    from hephaestus.agents.dtc import rssm
+    from hephaestus.agents.dtc.agent import sizes_from
+    from hephaestus.agents.dreamer.dreamer import member
+    from hephaestus.core.ppo import make_train
 
     found = ck.locate(run_dir)
     config, _ = resolve(ck.config_of(found))
@@ -206,7 +206,7 @@ def main(argv=None):
 
     out_dir = args.out + "_runs"
     os.makedirs(out_dir, exist_ok=True)
-    from hephaestus.evaluation import random_policy_returns
+    from hephaestus.core.evaluation import random_policy_returns
 
     random_return = float(random_policy_returns("gymnax:CartPole-v1", random_envs, 501).mean())
     results = {"threshold": args.threshold, "seeds": list(range(args.seeds)), "agents": {},

@@ -31,12 +31,12 @@ import os
 import sys
 import time
 
-from hephaestus.experiment import add_out, check_out, write_json
+from hephaestus.tools.experiment import add_out, check_out, write_json
 
 
 def load_deepsea():
     """scripts/experiments/deepsea.py as a module: its make_config is the experiment's, so the settings match."""
-    from hephaestus.entry_points import load_script
+    from hephaestus.tools.entry_points import load_script
 
     return load_script(os.path.join(os.path.dirname(os.path.abspath(__file__)), "deepsea.py"), "deepsea_experiment")
 
@@ -65,12 +65,12 @@ def main(argv=None) -> int:
     import jax.numpy as jnp
     import numpy as np
 
-    from hephaestus import networks as nets
-    from hephaestus.dtc import dreamer as dr
-    from hephaestus.dtc import replay as rp
-    from hephaestus.dtc import rssm
-    from hephaestus.dtc.agent import sizes_from
-    from hephaestus.stage_options import ConfigError
+    from hephaestus.core import networks as nets
+    from hephaestus.agents.dreamer import dreamer as dr
+    from hephaestus.agents.dtc import replay as rp
+    from hephaestus.agents.dtc import rssm
+    from hephaestus.agents.dtc.agent import sizes_from
+    from hephaestus.config.registry import ConfigError
 
     small = dict(hidden_dim=32, wm_dim=16) if args.quick else dict(hidden_dim=64, wm_dim=64)
     if args.quick:

@@ -31,7 +31,7 @@ import math
 import sys
 import time
 
-from hephaestus.experiment import add_out, check_out, write_json
+from hephaestus.tools.experiment import add_out, check_out, write_json
 
 
 def main(argv=None) -> int:
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
         sys.exit("error: --length must be a multiple of --seq-len and --held-out below --envs")
     score_at = sorted({int(s) for s in args.steps.split(",")})
 
-    from hephaestus.entry_points import require_this_checkout
+    from hephaestus.tools.entry_points import require_this_checkout
 
     require_this_checkout(__file__)
     import jax
@@ -79,10 +79,10 @@ def main(argv=None) -> int:
     import numpy as np
     import optax
 
-    from hephaestus.config import TrainConfig
-    from hephaestus.dtc import replay as rp
-    from hephaestus.dtc import rssm
-    from hephaestus.dtc.agent import make_wm_optimizer, sizes_from
+    from hephaestus.config.train_config import TrainConfig
+    from hephaestus.agents.dtc import replay as rp
+    from hephaestus.agents.dtc import rssm
+    from hephaestus.agents.dtc.agent import make_wm_optimizer, sizes_from
     from hephaestus.envs.registry import make_env, parse_env_params
 
     env = make_env("hackmatrix", **parse_env_params(args.env_params))
@@ -239,7 +239,7 @@ def mlp_reward_corr(x, y, cut, steps, seed, batch=256, width=256):
     import optax
     from flax import linen as nn
 
-    from hephaestus.dtc.rssm import symexp, symlog
+    from hephaestus.agents.dtc.rssm import symexp, symlog
 
     net = nn.Sequential([nn.Dense(width), nn.silu, nn.Dense(width), nn.silu, nn.Dense(1)])
     xs, ys = jnp.asarray(x[:cut], jnp.float32), jnp.asarray(y[:cut], jnp.float32)

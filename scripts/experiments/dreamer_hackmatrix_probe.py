@@ -27,7 +27,7 @@ import json
 import sys
 import time
 
-from hephaestus.experiment import add_out, check_out, write_json
+from hephaestus.tools.experiment import add_out, check_out, write_json
 
 
 def main(argv=None) -> int:
@@ -42,22 +42,22 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     args.out = check_out(p, args.out, "dreamer_hackmatrix_probe")
 
-    from hephaestus.entry_points import require_this_checkout
+    from hephaestus.tools.entry_points import require_this_checkout
 
     require_this_checkout(__file__)
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from hephaestus import networks as nets
-    from hephaestus.cli import parse
-    from hephaestus.config import resolve
-    from hephaestus.dtc import dreamer as dr
-    from hephaestus.dtc import replay as rp
-    from hephaestus.dtc import rssm
-    from hephaestus.dtc.agent import sizes_from
-    from hephaestus.ppo import make_train
-    from hephaestus.stage_options import ConfigError
+    from hephaestus.core import networks as nets
+    from hephaestus.run.cli import parse
+    from hephaestus.config.train_config import resolve
+    from hephaestus.agents.dreamer import dreamer as dr
+    from hephaestus.agents.dtc import replay as rp
+    from hephaestus.agents.dtc import rssm
+    from hephaestus.agents.dtc.agent import sizes_from
+    from hephaestus.core.ppo import make_train
+    from hephaestus.config.registry import ConfigError
 
     flags = ["--env", "hackmatrix", "--agent", "dreamer", "--seed", str(args.seed), "--total-timesteps",
              str(args.steps)]

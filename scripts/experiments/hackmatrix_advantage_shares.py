@@ -23,14 +23,14 @@ import json
 import os
 import sys
 
-from hephaestus.entry_points import require_this_checkout
-from hephaestus.experiment import add_out, check_out
+from hephaestus.tools.entry_points import require_this_checkout
+from hephaestus.tools.experiment import add_out, check_out
 
 
 def training_env_params(meta: dict, extra: list[str]) -> list[str]:
     """The run's training `--env-params` (its stored list, else HackMatrix's default list) with `extra` laid over
     it by name: a name in `extra` replaces the stored item, a new one is added."""
-    from hephaestus.config import ENV_DEFAULTS, overlay_env_params
+    from hephaestus.config.train_config import ENV_DEFAULTS, overlay_env_params
 
     stored = (meta.get("config") or {}).get("env_params")
     return list(overlay_env_params(ENV_DEFAULTS["hackmatrix"]["env_params"] if stored is None else stored, extra))
@@ -77,9 +77,9 @@ def main(argv=None) -> int:
     import jax
     import numpy as np
 
-    from hephaestus import networks as nets
+    from hephaestus.core import networks as nets
     from hephaestus.envs.registry import EnvParamError, parse_env_params
-    from hephaestus.ppo import gae
+    from hephaestus.core.ppo import gae
     from hephaestus.api import LoadError, load_agent, make_env
 
     try:

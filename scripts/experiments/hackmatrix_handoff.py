@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hephaestus.entry_points import require_this_checkout
-from hephaestus.experiment import add_out, check_out, write_json
+from hephaestus.tools.entry_points import require_this_checkout
+from hephaestus.tools.experiment import add_out, check_out, write_json
 
 NEVER = 9  # a stage the game never reaches: the agent plays every stage
 
@@ -29,7 +29,7 @@ def handoff_policy(network, params, teacher, from_stage: int):
     the evaluation feeds it) below stage `from_stage`, the `teacher`'s from it on."""
     import jax.numpy as jnp
 
-    from hephaestus import networks as nets
+    from hephaestus.core import networks as nets
     from hephaestus.envs.adapters import split_observation
     from hephaestus.envs.hackmatrix.env import get_obs
 
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     import jax
     import numpy as np
 
-    from hephaestus.evaluation import Evaluator
+    from hephaestus.core.evaluation import Evaluator
     from hephaestus.api import LoadError, load_agent
 
     try:

@@ -28,8 +28,8 @@ import tempfile
 
 import numpy as np
 
-from hephaestus.entry_points import require_this_checkout
-from hephaestus.experiment import add_out, check_out, write_json
+from hephaestus.tools.entry_points import require_this_checkout
+from hephaestus.tools.experiment import add_out, check_out, write_json
 
 FIRST_LATE_STAGE = 2  # the curriculum's starts are uniform in 2..max (EnvParams.curriculum_max_stage)
 LAST_STAGE = 8
@@ -75,7 +75,7 @@ def play(policy: list[str], label: str, args, workdir: str) -> dict:
                   f"curriculum_program_prob={args.program_prob}")
     argv = [*policy, "--episodes", str(args.episodes), "--max-steps", str(args.max_steps), "--seed", str(args.seed),
             "--env-params", curriculum, "--json", out]
-    from hephaestus import evaluate_agent
+    from hephaestus.tools import evaluate_agent
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

@@ -25,8 +25,8 @@ import json
 import os
 import sys
 
-from hephaestus.entry_points import require_this_checkout
-from hephaestus.experiment import add_out, check_out
+from hephaestus.tools.entry_points import require_this_checkout
+from hephaestus.tools.experiment import add_out, check_out
 
 
 def first_steps_after_exits(stage_before, stage_after, done):
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
 
     from hephaestus.envs.hackmatrix.constants import A_UNDO
     from hephaestus.envs.registry import EnvParamError, parse_env_params
-    from hephaestus.networks import masked_logits
+    from hephaestus.core.networks import masked_logits
     from hephaestus.api import LoadError, load_agent
 
     items = [item for item in args.env_params.split(",") if item.strip()]

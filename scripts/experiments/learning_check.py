@@ -16,11 +16,11 @@ import json
 import os
 import sys
 
-from hephaestus.entry_points import require_this_checkout
+from hephaestus.tools.entry_points import require_this_checkout
 import numpy as np
 
-from hephaestus.evaluation import random_policy_returns
-from hephaestus.experiment import add_out, check_out
+from hephaestus.core.evaluation import random_policy_returns
+from hephaestus.tools.experiment import add_out, check_out
 
 
 def read_curves(run_dir: str):

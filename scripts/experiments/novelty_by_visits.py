@@ -25,7 +25,7 @@ import json
 import sys
 import time
 
-from hephaestus.experiment import add_out, check_out, write_json
+from hephaestus.tools.experiment import add_out, check_out, write_json
 
 BINS = ((0, 0), (1, 9), (10, 99), (100, 999), (1000, None))
 REFERENCE = (100, 999)
@@ -64,9 +64,9 @@ def main(argv=None) -> int:
     import jax.numpy as jnp
     import numpy as np
 
-    from hephaestus.bonus import make_rnd
-    from hephaestus.config import TrainConfig, resolve
-    from hephaestus.dtc.agent import make_world_model
+    from hephaestus.agents.bonus.stages import make_rnd
+    from hephaestus.config.train_config import TrainConfig, resolve
+    from hephaestus.agents.dtc.agent import make_world_model
     from hephaestus.envs.registry import make_env
 
     n, envs, steps = args.size, 16, 32

@@ -14,7 +14,7 @@ from hephaestus.envs.hackmatrix.constants import (
 )
 from hephaestus.envs.hackmatrix.observe import OBS_QUANTA, observation
 from hephaestus.envs.hackmatrix.state import REWARD_TERMS
-from hephaestus.obs_storage import ObsStorage
+from hephaestus.core.obs_storage import ObsStorage
 
 from hm_helpers import ENV, PARAMS, ROLL_B, ROLL_T, py_bfs_connected, random_rollout, resets, step_with_key
 
@@ -143,7 +143,7 @@ def test_observations_store_exactly_in_uint8():
 def test_obs_board_places_the_player_for_the_ego_encoder():
     """HackMatrix's `obs_board` (rows, cols and the features holding the player's row and column) is right: over
     random rollouts the ego window's centre is the player's cell, and the exit sits at its offset from him."""
-    from hephaestus.networks import player_window
+    from hephaestus.core.networks import player_window
     o = _rollout()
     obs, pos, exit_pos = o["obs"]["obs"].reshape(-1, 1545), o["st"].player_pos.ravel(), o["st"].exit_pos.ravel()
     window = np.asarray(player_window(obs, HackMatrix.obs_board))

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hephaestus import episode_stats
+from hephaestus.envs import episode_stats
 from hephaestus.envs.hackmatrix import make_state
 from hephaestus.envs.hackmatrix.constants import A_SIPHON, A_WAIT
 from hephaestus.envs.hackmatrix.env import EPISODE_STATS

@@ -130,7 +130,7 @@ def test_exit_rush_collector_plays_what_it_owns_when_the_next_step_would_kill():
 
 
 def test_evaluate_scripted_plays_the_baseline_through_the_evaluation_program(tmp_path, capsys):
-    from hephaestus.evaluate_agent import main
+    from hephaestus.tools.evaluate_agent import main
 
     out = tmp_path / "rush.json"
     assert main(["--scripted", "exit-rush", "--env", "hackmatrix", "--episodes", "8", "--max-steps", "60",
@@ -149,9 +149,9 @@ def test_every_scripted_policy_is_named_where_users_choose_one():
     import pathlib
     import re
 
-    from hephaestus.cli import build_parser as build_train_parser
+    from hephaestus.run.cli import build_parser as build_train_parser
     from hephaestus.envs.hackmatrix.scripted import POLICIES
-    from hephaestus.evaluate_agent import build_parser as build_eval_parser
+    from hephaestus.tools.evaluate_agent import build_parser as build_eval_parser
 
     def option_help(parser, dest):
         return next(a.help for a in parser._actions if a.dest == dest)

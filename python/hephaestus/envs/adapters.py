@@ -232,7 +232,7 @@ def with_obs_structure(spec: EnvSpec, env) -> EnvSpec:
 
 def with_episode_stats(spec: EnvSpec, env) -> EnvSpec:
     """`spec` with the env's declared per-episode statistics (episode_stats.py)."""
-    from hephaestus.episode_stats import as_stats
+    from hephaestus.envs.episode_stats import as_stats
 
     return dataclasses.replace(spec, episode_stats=as_stats(getattr(env, "episode_stats", ())))
 
@@ -381,7 +381,7 @@ def adapt_deepsea(size: int, stochastic: bool = False, name: str | None = None) 
     import_gymnax()
     from gymnax.environments.bsuite.deep_sea import DeepSea
 
-    from hephaestus.episode_stats import EpisodeStat
+    from hephaestus.envs.episode_stats import EpisodeStat
 
     env = DeepSea(size=size)
     params = env.default_params.replace(randomize_actions=True, sample_action_map=False,

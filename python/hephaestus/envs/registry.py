@@ -1,17 +1,28 @@
 """Environments by name: `gymnax:<id>`, `jumanji:<id>`, `craftax:<id>`, `hackmatrix`, `deepsea:<size>` (bsuite's
 DeepSea, one random action map per run) and `deepsea-stochastic:<size>` (its noisy variant).
 
-Adding an environment family means adding one branch here and, if its API differs, one adapter.
+Adding an environment family means adding one branch here and, if its API differs, one adapter. An env family's
+training defaults (the values of options left auto) are declared by the family: HackMatrix's in
+hackmatrix/training.py, gymnax classic control's below.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+from typing import TYPE_CHECKING
 
-from hephaestus.config import env_params_of, number_text, parse_untyped
-from hephaestus.envs.adapters import AdaptedEnv, adapt_deepsea, adapt_gymnax, adapt_jumanji
+from hephaestus.config.registry import declare_env_defaults, env_params_of
+from hephaestus.config.values import number_text, parse_untyped
 from hephaestus.envs.gymnax_import import import_gymnax
+
+if TYPE_CHECKING:
+    from hephaestus.envs.adapters import AdaptedEnv
+
+# Discrete classic control: PureJaxRL's ppo.py network (2 x 64 tanh, separate actor and critic), so a user who
+# compares the two on CartPole compares the same arithmetic; at 256 a CartPole chunk runs 5x slower (specs/speed.md).
+for _name in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0"):
+    declare_env_defaults(f"gymnax:{_name}", hidden_dim=64)
 
 
 class UnknownEnvError(ValueError):
@@ -47,7 +58,7 @@ def _read_value(env: str, name: str, text, default):
     if isinstance(default, bool):
         value = {"1": True, "true": True, "0": False, "false": False}.get(text.lower())
         kind = "a bool (0/1/true/false)"
-    else:  # read as the config's own int and float options are (config.number_text)
+    else:  # read as the config's own int and float options are (config/values.py's number_text)
         value = number_text(text, whole=isinstance(default, int))
         kind = "an int" if isinstance(default, int) else "a number"
     if value is None or isinstance(value, str):
@@ -77,6 +88,8 @@ def make_env(name: str, **param_overrides) -> AdaptedEnv:
     """The env called ``name``, with its parameters changed by ``param_overrides`` (text or values; for gymnax,
     craftax and HackMatrix the fields of its ``EnvParams``, for jumanji the keyword arguments of
     ``jumanji.make``)."""
+    from hephaestus.envs.adapters import adapt_deepsea, adapt_gymnax, adapt_jumanji  # jax: loaded with the first env
+
     family, _, env_id = name.partition(":")
     if family == "hackmatrix" and not env_id:
         try:

@@ -4,7 +4,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 from hephaestus.envs import spaces
-from hephaestus.episode_stats import EpisodeStat
+from hephaestus.envs.episode_stats import EpisodeStat
 
 from .constants import ENEMY_NAMES, NUM_ACTIONS, OBS_SIZE, PROGRAM_NAMES
 from . import rng

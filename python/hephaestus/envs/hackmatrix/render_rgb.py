@@ -16,7 +16,7 @@ Inside a cell (text in a built-in 3x5 bitmap font scaled x2, no font files):
   a transmission as `T<turns>` in magenta, `+n` when more entities share the cell;
 * the bottom line: resource stacks `C<n>` (gold) and `E<n>` (cyan).
 
-The font is `hephaestus/bitmap_font.py` (the watch tool captions its frames with it too).
+The font is `hephaestus/envs/bitmap_font.py` (the watch tool captions its frames with it too).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from hephaestus.bitmap_font import CODE, SCALE, SPACE, draw_text_np, encode, glyph_block  # noqa: F401
+from hephaestus.envs.bitmap_font import CODE, SCALE, SPACE, draw_text_np, encode, glyph_block  # noqa: F401
 
 from .constants import BLOCK, DATA_SIPHON, EXIT, NCELLS, PROGRAM_NAMES
 

@@ -1,0 +1,1 @@
+"""The compiled pipeline: rollout, GAE, PPO loss and update (ppo.py), the stage interface (stages.py), runner state, networks and encoders, evaluation, devices, stored programs, export, and the metric records and their sinks."""
