@@ -7,8 +7,8 @@ exit-rush-collector teacher whose weight reaches 0 at half the run. The training
 state.py's EnvParams) pays 10 for a program's first play in a game and 4 per program acquired, both on the step
 that clears its stage, drops the siphon-death penalty, pays a victory 100, turns the UNDO-across-stages quirk off,
 and starts a quarter of the games on stages 2-8 with a player's resources, their rewards scaled to a fresh game's.
-Evaluations play the rules' game (the env's own defaults). The measurements behind each value: specs/hackmatrix.md,
-"Learning"; configs/hackmatrix-tpu.yaml is these settings at 2048 envs and 1e8 steps.
+Evaluations play the rules' game (the env's own defaults). The measurements behind each value: specs/results/hackmatrix-learning.md and the
+studies it links; configs/hackmatrix-tpu.yaml is these settings at 2048 envs and 1e8 steps.
 """
 
 from hephaestus.config.registry import declare_env_defaults
