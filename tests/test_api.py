@@ -1,4 +1,4 @@
-"""The public Python API (hephaestus/api.py): train a tiny CartPole run with `hephaestus.run.train`, load it with
+"""The public Python API (hephaestus/api.py): train a tiny CartPole run with `hephaestus.train`, load it with
 `hephaestus.load_agent`, act on single and batched observations; greedy picks what watch_agent.py's player picks;
 a masked env (HackMatrix) never gets an invalid action; the README's Python example runs."""
 
@@ -27,7 +27,7 @@ TINY = dict(num_envs=2, num_steps=16, total_timesteps=6.4e1, num_minibatches=1, 
 @pytest.fixture(scope="module")
 def cartpole_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("api")
-    return hephaestus.run.train(env="gymnax:CartPole-v1", checkpoint_dir=str(out), run_name="api", **TINY)
+    return hephaestus.train(env="gymnax:CartPole-v1", checkpoint_dir=str(out), run_name="api", **TINY)
 
 
 def test_import_hephaestus_loads_no_jax():
@@ -53,9 +53,9 @@ def test_train_refuses_an_unknown_option_in_one_line():
     from hephaestus.config.train_config import ConfigError
 
     with pytest.raises(ConfigError, match="train\\(\\): unknown option 'total_timestep' \\(did you mean total_timesteps\\?\\)"):
-        hephaestus.run.train(total_timestep=100)
+        hephaestus.train(total_timestep=100)
     with pytest.raises(ConfigError, match="num_envs is 2.5, expected int"):
-        hephaestus.run.train(num_envs=2.5)
+        hephaestus.train(num_envs=2.5)
 
 
 def test_act_on_single_and_batched_observations(cartpole_run):
@@ -137,7 +137,7 @@ def readme_python_examples():
 API_EXAMPLE = """\
 import jax, hephaestus
 
-run = hephaestus.run.train(env="gymnax:CartPole-v1", total_timesteps=20_000)  # the training flags, as keywords
+run = hephaestus.train(env="gymnax:CartPole-v1", total_timesteps=20_000)  # the training flags, as keywords
 agent = hephaestus.load_agent(run.run_dir)  # or a params file or a step folder, as watch_agent.py takes
 state, step = agent.env.reset(jax.random.PRNGKey(0))
 print(agent.act(step), agent.act(step, key=jax.random.PRNGKey(1)))  # greedy (the step's mask applies), sampled
@@ -148,7 +148,7 @@ print(agent.act(step), agent.act(step, key=jax.random.PRNGKey(1)))  # greedy (th
 @pytest.mark.parametrize("example", list(dict.fromkeys([API_EXAMPLE, *readme_python_examples()])),
                          ids=lambda text: "readme" if text != API_EXAMPLE else "api-example")
 def test_api_example_runs(example, tmp_path):
-    """Run as written, in a fresh folder, with `hephaestus.run.train` given the tiny budget on top (as the doc
+    """Run as written, in a fresh folder, with `hephaestus.train` given the tiny budget on top (as the doc
     commands get TINY_TRAIN appended)."""
     prelude = ("import hephaestus.api as _api\n_train = _api.train\n"
                f"_api.train = lambda config=None, **options: _train(config, **{{**options, **{TINY!r}}})\n")

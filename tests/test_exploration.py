@@ -66,7 +66,7 @@ def test_a_deepsea_runs_exports_and_evaluations_carry_its_map(tmp_path, capsys):
     evaluate.py's loader plays it (a file without one says so and plays the default)."""
     from hephaestus.core.export import load_params_npz, save_params_npz
     from hephaestus.core.ppo import make_train
-    from hephaestus.tools.saved_agent import load_agent
+    from hephaestus.tools.saved_agent import read_agent as load_agent
     from train_cli import main
 
     out = tmp_path / "ckpt"

@@ -76,7 +76,7 @@ def untrained_agent(tmp_path_factory):
     and what loading it gives the script: (path, env, network, params)."""
     from test_watch import fresh_params
 
-    from hephaestus.tools.saved_agent import load_agent
+    from hephaestus.tools.saved_agent import read_agent as load_agent
 
     path = fresh_params(tmp_path_factory.mktemp("handoff") / "final_params.npz", "hackmatrix")
     params, _, env, network = load_agent(str(path))

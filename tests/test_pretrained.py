@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from hephaestus.core import export
+from hephaestus.tools import saved_agent
 from hephaestus.tools.saved_agent import LoadError, fetch_wandb_params, parse_wandb_path
 from train_cli import main as train
 
@@ -48,7 +49,7 @@ def test_a_shipped_agent_loads_and_plays_as_claimed(name, tmp_path):
     params, meta = export.load_params_npz(os.path.join(folder, "final_params.npz"))
     assert all(k.startswith("params") for k in export.flatten_params(params))  # parameters only: no optimizer
     assert meta["num_seeds"] == 1 and meta["config"]["env"] == meta["env"]
-    info = json.loads(open(os.path.join(folder, export.AGENT_JSON)).read())
+    info = json.loads(open(os.path.join(folder, saved_agent.AGENT_JSON)).read())
     assert info["env"] == meta["env"] and info["env_steps"] == meta["env_steps"]
     episodes, key, least = CLAIMS.get(name, (10, "eval/episodes", 10))
     metrics = evaluate(folder, episodes, tmp_path)

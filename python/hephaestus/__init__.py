@@ -5,7 +5,7 @@ The Python API (api.py), imported on first use so that `import hephaestus` loads
     agent = hephaestus.load_agent("checkpoints/<run>")     # a run folder, a params file, a checkpoint step
     action = agent.act(step)                               # greedy; agent.act(step, key) samples
     env = agent.env  or  hephaestus.make_env("gymnax:CartPole-v1")
-    run = hephaestus.run.train("configs/x.yaml", total_timesteps=2e4)   # -> run.run_dir, run.params
+    run = hephaestus.train("configs/x.yaml", total_timesteps=2e4)   # -> run.run_dir, run.params
 
 Importing the package declares every env family's training defaults (envs/) and every agent family (agents/)
 into config/registry.py, without jax: the options tree is built from what they declared."""

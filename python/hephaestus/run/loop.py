@@ -102,7 +102,7 @@ def record_video(trainer, runner, sink, update: int, name: str) -> tuple[str | N
     """One greedy episode of the runner's parameters (seed 0's in a --num-seeds run) on the evaluation env, written
     beside the run (`<sink.video_dir>/<name>.mp4`): the frames watch_agent.py renders. Returns (path or None
     where the env draws no pictures, seconds it took)."""
-    from hephaestus.tools.watch import episode_video
+    from hephaestus.core.playback import episode_video
 
     t0 = time.perf_counter()
     params, instance = runner.train_state.params, trainer.eval_instance(runner)

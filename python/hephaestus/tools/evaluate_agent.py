@@ -15,8 +15,7 @@ import time
 from hephaestus.run.cli import comma_separated, whole_numbers
 from hephaestus.core.evaluation import Evaluator, append_eval_curve, summary_lines, write_eval_json
 from hephaestus.core.export import agent_label
-from hephaestus.api import load_agent, make_env as load_env
-from hephaestus.tools.saved_agent import LoadError, resolve_params_path
+from hephaestus.tools.saved_agent import LoadError, load_agent, load_env, resolve_params_path
 
 
 class EvalError(Exception):

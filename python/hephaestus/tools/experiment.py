@@ -115,7 +115,7 @@ def save_figure(fig, out: str, **kwargs) -> str:
 
 def load_agent(p: argparse.ArgumentParser, path: str, **kwargs):
     """`hephaestus.load_agent(path, **kwargs)`; a bad path, file or env is the parser's one-line error (exit 2)."""
-    from hephaestus.api import LoadError, load_agent as load
+    from hephaestus.tools.saved_agent import LoadError, load_agent as load
     from hephaestus.envs.registry import UnknownEnvError
 
     try:

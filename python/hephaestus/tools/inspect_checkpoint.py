@@ -47,7 +47,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     if args.export_pretrained:
-        from hephaestus.core.export import ExportError, export_pretrained
+        from hephaestus.core.export import ExportError
+        from hephaestus.tools.saved_agent import export_pretrained
 
         try:
             out = export_pretrained(args.path, args.export_pretrained, args.seed_index)

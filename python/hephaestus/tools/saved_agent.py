@@ -3,9 +3,10 @@ experiments.
 
 * `resolve_params_path` turns a file, a run directory, a checkpoint step directory or `--latest` into one
   `.npz` file (a laptop export, export.py: `final_params.npz` or `params_<update>.npz`).
-* `load_agent` reads a parameter file, rebuilds its network from the `NetworkSpec` it stores and checks it
+* `read_agent` reads a parameter file, rebuilds its network from the `NetworkSpec` it stores and checks it
   against the env it names, built with the env's own parameters (the rules evaluations play) unless asked for a
-  variant.
+  variant; `load_agent` (`hephaestus.load_agent`) does both steps and returns an `Agent` (core/agent.py).
+* `export_pretrained` writes a shipped agent's folder (`checkpoints/pretrained/<name>/`) from a run.
 * `load_env` builds an adapted env by name with one-line errors.
 
 Errors a user can cause (bad path, not a parameter file, unknown env, ...) raise `LoadError` with a one-line
@@ -15,11 +16,14 @@ message. Nothing here imports jax at module level, so a script's `--help` stays 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import sys
 
 import numpy as np
+
+from hephaestus.core.agent import Agent
 
 PARAMS_RE = re.compile(r"params_(\d+)\.npz")
 FINAL = "final_params.npz"
@@ -143,12 +147,12 @@ def load_env(name: str, **env_params):
         raise LoadError(f"cannot build env {name!r}: {type(err).__name__}: {err}".splitlines()[0]) from None
 
 
-def load_agent(params_path: str, env_override: str | None = None, seed_index: int | None = None,
+def read_agent(params_path: str, env_override: str | None = None, seed_index: int | None = None,
                env_params: dict | None = None):
     """(params, metadata, adapted env, network) of a parameter file (seed `seed_index` of a multi-seed file),
     checked against each other: the env it
     names (else `env_override`), built with `env_params` (a variant: evaluate.py --env-params; default the env's
-    own), the network its metadata describes, the arrays' shapes. `hephaestus.load_agent` wraps it."""
+    own), the network its metadata describes, the arrays' shapes. `load_agent` wraps it."""
     import jax
     import jax.numpy as jnp
 
@@ -203,3 +207,62 @@ def load_agent(params_path: str, env_override: str | None = None, seed_index: in
         raise LoadError(f"{params_path}: parameters do not match the network in its metadata "
                         f"(first difference: {bad[0]})")
     return jax.tree.map(jnp.asarray, params), meta, env, network
+
+
+def load_agent(path: str, seed_index: int | None = None, env_params: dict | None = None,
+               env: str | None = None) -> Agent:
+    """The agent saved at `path`: a params file, a run directory or a checkpoint step directory (what
+    watch_agent.py takes). `seed_index`: which agent of a --num-seeds file (default 0); `env_params`: play a
+    variant of its env (default: the env's own parameters); `env`: the env name for a file that names none.
+    LoadError (one line) on a bad path or file."""
+    params_path = resolve_params_path(os.fspath(path))
+    params, meta, adapted, network = read_agent(params_path, env, seed_index, env_params)
+    return Agent(params=params, network=network, env=adapted, meta=meta, path=params_path,
+                 seed_index=0 if seed_index is None else seed_index)
+
+
+PRETRAINED_DIR = os.path.join("checkpoints", "pretrained")
+AGENT_JSON = "agent.json"
+
+
+def export_pretrained(source: str, out_dir: str, seed_index: int | None = None) -> str:
+    """Write the shipped-agent folder `out_dir` from a finished (or saving) run: `source` is a run folder (its
+    final_params.npz, else its newest params_<n>.npz), a checkpoint step folder or a parameter file. One agent (row
+    `seed_index` of a --num-seeds file, default 0), float32 parameters, the metadata of the file, and agent.json
+    with the run's final evaluation (eval.json's metrics) where the run has one. Returns the parameter file
+    written. Raises ExportError (one line) for a source that holds no parameters."""
+    from hephaestus.core.export import (ExportError, instance_of_meta, load_params_npz, num_seeds_of,
+                                        save_params_npz, select_seed)
+
+    try:
+        params_path = resolve_params_path(source)
+    except LoadError as err:
+        raise ExportError(str(err)) from None
+    params, meta = load_params_npz(params_path)
+    params, chosen = select_seed(params, meta, seed_index, params_path)
+    instance = instance_of_meta(meta, chosen)
+    config = dict(meta.get("config") or {})
+    if num_seeds_of(meta) > 1:
+        config["num_seeds"] = 1
+        config["seed"] = int(config.get("seed", 0)) + chosen
+    out = save_params_npz(os.path.join(out_dir, "final_params.npz"), params, env=meta["env"],
+                          network=meta["network"], update=meta.get("update", 0), env_steps=meta.get("env_steps", 0),
+                          config=config, env_instance=instance)
+    info = {"env": meta["env"], "update": meta.get("update", 0), "env_steps": meta.get("env_steps", 0),
+            "run": config.get("run_name"), "params_file": os.path.basename(params_path), "seed_index": chosen}
+    eval_path = os.path.join(os.path.dirname(os.path.abspath(params_path)), "eval.json")
+    if os.path.isfile(eval_path):
+        try:
+            with open(eval_path) as f:
+                evaluation = json.load(f)
+            if evaluation.get("update") == meta.get("update"):  # the evaluation of these parameters
+                metrics = evaluation.get("metrics", {})
+                info["final_evaluation"] = {"episodes": evaluation.get("episodes"), "max_steps": evaluation.get(
+                    "max_steps"), "metrics": metrics if num_seeds_of(meta) == 1 else
+                    {k: v[chosen] if isinstance(v, list) else v for k, v in metrics.items()}}
+        except (OSError, ValueError):
+            pass
+    with open(os.path.join(out_dir, AGENT_JSON), "w") as f:
+        json.dump(info, f, indent=1)
+        f.write("\n")
+    return out
