@@ -41,7 +41,7 @@ def test_each_command_checks_its_checkout_before_it_imports_what_starts_jax():
                   "try:\n    entry_points.inspect()\nexcept SystemExit as e:\n    code = e.code\n"
                   "print(code)")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["1"]
+    assert out.stdout.split() == ["2"]  # bad input: exit 2, as every script
     assert out.stderr.strip().startswith("error: ") and len(out.stderr.strip().splitlines()) == 1
 
 

@@ -4,6 +4,7 @@ and WANDB_MODE point at temporary directories, and no API key is set."""
 
 import glob
 import json
+import re
 import os
 import struct
 
@@ -229,7 +230,8 @@ def test_offline_resume_continues_the_same_run_and_its_steps(tmp_path, capsys):
     assert main("--resume", str(tmp_path / "ck" / "r"), "--total-timesteps", "512", *run) == 0
     assert "wandb sync" in capsys.readouterr().out
     runs = sorted(glob.glob(str(tmp_path / "wandb_dir" / "wandb" / "offline-run-*")))
-    assert len(runs) == 2 and all(r.endswith("-" + run_id) for r in runs)  # one wandb run, two sessions
+    # one wandb run, two sessions (a second session of the same second gets wandb's "-1" suffix)
+    assert len(runs) == 2 and all(re.search(rf"-{re.escape(run_id)}(-1)?$", r) for r in runs), (runs, run_id)
     before, _ = history(runs[0])
     rows, _ = history(runs[1])
     assert [json.loads(keys["env_steps"]) for _, keys in rows if "update" in keys] == [384, 512]

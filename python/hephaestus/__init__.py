@@ -10,7 +10,7 @@ The Python API (api.py), imported on first use so that `import hephaestus` loads
 Importing the package declares every env family's training defaults (envs/) and every agent family (agents/)
 into config/registry.py, without jax: the options tree is built from what they declared."""
 
-__version__ = "0.1.0"
+from hephaestus.version import __version__  # noqa: F401
 
 from hephaestus import envs  # noqa: E402,F401  env families' training defaults
 from hephaestus import agents  # noqa: E402,F401  agent families: options, --agent names, stages

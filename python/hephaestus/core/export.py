@@ -69,7 +69,7 @@ def save_params_npz(path: str, params, *, env: str, network: dict, update: int =
                     env_instance=None) -> str:
     """Write atomically (temp file + rename), so a crash never leaves a half-written export. `agents`: one dict
     per row ({"point": {...}, "seed": s}) where the rows differ in more than their seed (a sweep)."""
-    from hephaestus import __version__
+    from hephaestus.version import __version__
 
     if agents is not None and len(agents) != num_seeds:
         raise ValueError(f"{len(agents)} agent descriptions for {num_seeds} rows")

@@ -441,9 +441,14 @@ def offline_steps_logged(wandb_dir: str, run_id: str) -> int:
     resumed offline run continues their step count and `wandb sync` of its directories, in order, uploads one
     run whose history only grows."""
     import glob
+    import re
 
+    # wandb names a session's folder offline-run-<time>-<id>, with "-1", "-2", ... where one of that second exists
+    session = re.compile(rf"offline-run-[\d_]+-{re.escape(run_id)}(-\d+)?")
     steps = -1
-    for run_file in glob.glob(os.path.join(wandb_dir, "wandb", f"offline-run-*-{run_id}", f"run-{run_id}.wandb")):
+    for run_file in glob.glob(os.path.join(wandb_dir, "wandb", f"offline-run-*-{run_id}*", f"run-{run_id}.wandb")):
+        if not session.fullmatch(os.path.basename(os.path.dirname(run_file))):
+            continue
         for record in read_wandb_records(run_file):
             if record.WhichOneof("record_type") == "history":
                 steps = max(steps, record.history.step.num)
@@ -501,7 +506,7 @@ class WandbSink:
         self.step = max(int(getattr(self.run, "step", 0) or 0), first_step if mode == "offline" else 0)
         if first_step and mode == "offline":
             message(f"wandb: offline run {self.run_id} continues at step {first_step}; upload its sessions in order "
-                    f"with `wandb sync {directory}/wandb/offline-run-*-{self.run_id}`")
+                    f"with `wandb sync {directory}/wandb/offline-run-*-{self.run_id}*`")
         self.mode = mode
         self.directory = directory
         self.video_dir = os.path.join(run_dir, "videos")  # the evaluation videos, kept beside the run

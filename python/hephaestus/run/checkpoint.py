@@ -481,7 +481,7 @@ class Checkpointer:
         self._unexported = None  # (step, host copy of the params) for params_<step>.npz once the save is complete
 
     def meta(self, update: int, record: dict | None) -> dict:
-        from hephaestus import __version__
+        from hephaestus.version import __version__
 
         config = self.trainer.config
         from hephaestus.core.sinks import json_clean

@@ -7,8 +7,6 @@
   `save_figure` write the three files, `write_results` all three at once.
 * `seeds(args)` / `add_seeds(p)`: the training command's `--seed` and `--num-seeds` (seeds S .. S + n - 1).
 * `load_agent(p, path)`: `hephaestus.load_agent` with a bad path or file as the parser's one-line error.
-* `play(agent, games, max_steps, seed)`: N complete greedy games with the evaluation program of training and
-  evaluate.py (evaluation.Evaluator): the metrics and the per-game results.
 
 Nothing here imports jax at module level, so a script's `--help` stays instant.
 """
@@ -122,16 +120,3 @@ def load_agent(p: argparse.ArgumentParser, path: str, **kwargs):
         return load(path, **kwargs)
     except (LoadError, UnknownEnvError) as err:
         p.error(str(err))
-
-
-def play(agent, games: int, max_steps: int = 1000, seed: int = 0, sampled: bool = False):
-    """`games` complete games of `agent` at once, greedy (and sampled, under eval_sampled/), with the evaluation
-    program of training and evaluate.py: (metrics, per-game results)."""
-    import jax
-
-    from hephaestus.core.evaluation import Evaluator
-
-    evaluator = Evaluator(agent.env, agent.network, games, max_steps,
-                          policies=("greedy", "sampled") if sampled else ("greedy",),
-                          agent={"env": agent.env.spec.name, "network": agent.meta.get("network")})
-    return evaluator(agent.params, jax.random.PRNGKey(seed))
