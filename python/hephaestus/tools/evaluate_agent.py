@@ -8,13 +8,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
 from hephaestus.run.cli import comma_separated, whole_numbers
 from hephaestus.core.evaluation import Evaluator, append_eval_curve, summary_lines, write_eval_json
 from hephaestus.core.export import agent_label
+from hephaestus.tools.outputs import output_file_problem
 from hephaestus.tools.saved_agent import LoadError, load_agent, load_env, resolve_params_path
 
 
@@ -70,31 +70,12 @@ DEFAULT_BATCH = 4096
 
 
 def check_output_path(flag: str, path: str) -> None:
-    """Everything about an output file that can be checked before the evaluation: its folder exists, it is not a
-    folder, and a file can be written there (EvalError naming `flag` and `path`). Leaves nothing behind."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise EvalError(f"{flag} {path}: is a directory; give a file name such as "
-                        f"{os.path.join(path, 'eval.json' if flag == '--json' else 'curve.jsonl')}")
-    if not os.path.isdir(directory):
-        raise EvalError(f"{flag} {path}: directory {directory} does not exist")
-    existed = os.path.lexists(path)
-    try:
-        with open(path, "ab"):
-            pass
-        if flag == "--json":  # written through a temporary file beside it, then renamed
-            probe = path + ".tmp"
-            with open(probe, "ab"):
-                pass
-            os.remove(probe)
-    except OSError as err:
-        raise EvalError(f"{flag} {path}: cannot write there ({err.strerror or err})") from None
-    finally:
-        if not existed and os.path.lexists(path):
-            try:
-                os.remove(path)
-            except OSError:
-                pass
+    """Everything about an output file that can be checked before the evaluation (tools/outputs.py; --json is
+    written through a temporary file beside it): EvalError naming `flag` and `path`."""
+    problem = output_file_problem(flag, path, "eval.json" if flag == "--json" else "curve.jsonl",
+                                  ".tmp" if flag == "--json" else None)
+    if problem:
+        raise EvalError(problem)
 
 
 def seed_list(text: str) -> tuple[int, ...]:

@@ -234,21 +234,12 @@ def build_parser():
 
 
 def check_out(path: str) -> None:
-    """--out before anything is read or drawn: its folder exists, it is not a folder, a file can be written
-    there (PlotError naming the path). Leaves nothing behind."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise PlotError(f"--out {path}: is a directory; give a file name such as {os.path.join(path, 'curves.png')}")
-    if not os.path.isdir(directory):
-        raise PlotError(f"--out {path}: directory {directory} does not exist")
-    existed = os.path.lexists(path)
-    try:
-        with open(path, "ab"):
-            pass
-    except OSError as err:
-        raise PlotError(f"--out {path}: cannot write there ({err.strerror or err})") from None
-    if not existed:
-        os.remove(path)
+    """--out before anything is read or drawn (tools/outputs.py): PlotError naming the path."""
+    from hephaestus.tools.outputs import output_file_problem
+
+    problem = output_file_problem("--out", path, "curves.png")
+    if problem:
+        raise PlotError(problem)
 
 
 def main(argv=None) -> int:

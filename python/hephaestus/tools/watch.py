@@ -30,6 +30,7 @@ from hephaestus.envs import episode_stats
 from hephaestus.core import playback
 from hephaestus.core.playback import (CAPTION_H, EpisodeResult, Frame, WatchKeys, caption_for, captioned,  # noqa: F401
                                       describe_action, episode_video, write_gif, write_mp4)
+from hephaestus.tools.outputs import output_file_problem
 from hephaestus.tools.saved_agent import LoadError, load_agent, resolve_params_path
 
 
@@ -141,19 +142,9 @@ def check_save_path(path: str) -> str:
         except ImportError:
             raise WatchError("--save .mp4 needs imageio-ffmpeg (pip install imageio-ffmpeg); "
                              "or save a .gif instead") from None
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise WatchError(f"--save {path}: is a directory; give a file name such as {os.path.join(path, 'agent' + ext)}")
-    if not os.path.isdir(directory):
-        raise WatchError(f"--save {path}: directory {directory} does not exist")
-    existed = os.path.exists(path)
-    try:
-        with open(path, "ab"):
-            pass
-    except OSError as err:
-        raise WatchError(f"--save {path}: cannot write there ({err.strerror or err})") from None
-    if not existed:
-        os.remove(path)
+    problem = output_file_problem("--save", path, "agent" + ext)
+    if problem:
+        raise WatchError(problem)
     return ext
 
 
