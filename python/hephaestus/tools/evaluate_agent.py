@@ -23,14 +23,10 @@ class EvalError(Exception):
 
 
 def build_parser():
-    import argparse
+    from hephaestus.run.cli import OneLineParser
 
-    class Parser(argparse.ArgumentParser):
-        def error(self, message):  # one line, no usage block
-            self.exit(2, f"evaluate.py: error: {message} (see --help)\n")
-
-    p = Parser(prog="evaluate.py", description="Evaluate a saved agent: K complete episodes in parallel, "
-               "greedy by default; the statistics training logs under eval/.")
+    p = OneLineParser(prog="evaluate.py", description="Evaluate a saved agent: K complete episodes in parallel, "
+                      "greedy by default; the statistics training logs under eval/.")
     p.add_argument("path", nargs="?", help="final_params.npz, params_<n>.npz, a run directory, a checkpoint "
                    "step directory, a shipped agent (checkpoints/pretrained/NAME) or wandb:ENTITY/PROJECT/RUN_ID "
                    "(found and fetched as watch_agent.py does)")

@@ -20,22 +20,18 @@ import os
 RESULTS_DIR = os.path.join("checkpoints", "experiments")
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse with the one-line error of the project's commands (exit 2)."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def default_out(name: str) -> str:
     """`checkpoints/experiments/<name>`: where an experiment's results go unless --out says otherwise."""
     return os.path.join(RESULTS_DIR, name)
 
 
 def parser(name: str, description: str, out_help: str = "writes OUT.json, OUT.md and OUT.png",
-           **kwargs) -> Parser:
-    """The experiment's parser, with `--out` (a results prefix, default under checkpoints/experiments/)."""
-    p = Parser(prog=f"{name}.py", description=description, **kwargs)
+           **kwargs) -> argparse.ArgumentParser:
+    """The experiment's parser (the commands' one-line errors, exit 2), with `--out` (a results prefix, default
+    under checkpoints/experiments/)."""
+    from hephaestus.run.cli import OneLineParser
+
+    p = OneLineParser(prog=f"{name}.py", description=description, **kwargs)
     add_out(p, name, out_help)
     return p
 

@@ -208,14 +208,10 @@ def draw(groups: dict[str, list[str]], metrics: list[str], band: str = "minmax",
 
 
 def build_parser():
-    import argparse
+    from hephaestus.run.cli import OneLineParser
 
-    class Parser(argparse.ArgumentParser):
-        def error(self, message):
-            self.exit(2, f"plot_runs.py: error: {message} (see --help)\n")
-
-    p = Parser(prog="plot_runs.py", description="Learning curves (x = env steps) from runs' metrics.jsonl: mean "
-               "and a band over seeds, several runs on one figure, PNG out.")
+    p = OneLineParser(prog="plot_runs.py", description="Learning curves (x = env steps) from runs' metrics.jsonl: mean "
+                      "and a band over seeds, several runs on one figure, PNG out.")
     p.add_argument("runs", nargs="*", help="run directories, metrics.jsonl files or run names under "
                    "--checkpoint-dir; names differing only by _s<seed> form one curve; RUN[A:B] takes agents "
                    "A..B-1 of a multi-seed run or sweep program")
