@@ -5,6 +5,7 @@ after compile) and peak memory. Each case runs in its own process so its peak me
     python scripts/bench.py                      # every case
     python scripts/bench.py --cases cartpole-4x128,cartpole-4x128-reference
     python scripts/bench.py --devices 1,2,4,8     # one data-parallel workload over 1, 2, 4, 8 devices
+    python scripts/bench.py --device-check --out device-check.txt   # a GPU/TPU session's check, under 8 minutes
     python scripts/bench.py --reference-dir ~/purejaxrl/purejaxrl --reference-python ~/pjr-venv/bin/python
     python scripts/bench.py --port-dir ~/HackMatrix/python --cases hackmatrix-ppo-2048x128,hackmatrix-ppo-2048x128-port
 
@@ -459,6 +460,10 @@ CASES = {
     "hackmatrix-ppo-8192x128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=8192, num_steps=128,
                                                        updates_per_chunk=1)),
     "hackmatrix-random-8192": (bench_random_policy, dict(env_name="hackmatrix", num_envs=8192, steps_per_chunk=64)),
+    # Accelerator sizes (the --device-check set): on a 2-core CPU these take minutes each.
+    "hackmatrix-random-32768": (bench_random_policy, dict(env_name="hackmatrix", num_envs=32768, steps_per_chunk=64)),
+    "hackmatrix-ppo-32768x128": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=32768, num_steps=128,
+                                                        updates_per_chunk=1)),
     # The same comparison on HackMatrix at a small size (CPU-sized): 64 envs x 32 steps, 1 seed vs 4 seeds.
     "hackmatrix-ppo-64x32": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=64, num_steps=32,
                                                     updates_per_chunk=4)),
@@ -514,6 +519,15 @@ CASES = {
     "hackmatrix-ppo-2048x128-h128c8": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="ego", hidden_dim=128, cell_dim=8,
                                                               teacher="exit-rush-programs")),
 }
+
+
+# --device-check: what a GPU or TPU session measures in one call of under 8 minutes on one card: HackMatrix's env
+# alone and its PPO at 2048, 8192 and 32,768 envs, and CartPole's PPO at 8192; compile seconds, env steps/s and
+# peak device memory, one line per case, appended to --out as each case ends (a cut-short session keeps the lines
+# it has).
+DEVICE_CHECK = ("hackmatrix-random-2048", "hackmatrix-random-8192", "hackmatrix-random-32768",
+                "hackmatrix-ppo-2048x128", "hackmatrix-ppo-8192x128", "hackmatrix-ppo-32768x128", "cartpole-8192x128")
+DEVICE_CHECK_CASE_TIMEOUT_S = 150  # a case that does not finish in this time is reported as such; the rest run
 
 
 # --devices: one global workload (envs split over the `data` mesh axis) per device count. On a CPU the devices
@@ -591,6 +605,12 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds of that comparison (default 3)")
     p.add_argument("--cold-cache", action="store_true", help="in that comparison, start our script with an empty "
                    "compilation cache every time (PureJaxRL has none)")
+    p.add_argument("--device-check", action="store_true", help="the accelerator check: HackMatrix env alone and "
+                   f"PPO at 2048/8192/32768 envs, CartPole PPO at 8192 ({', '.join(DEVICE_CHECK)}), each case at most "
+                   f"{DEVICE_CHECK_CASE_TIMEOUT_S} s; with --out, the lines go to that file too")
+    p.add_argument("--out", metavar="FILE", help="also append the printed lines to FILE (written as each case ends)")
+    p.add_argument("--case-timeout", type=float, default=None, metavar="S",
+                   help="report a case that runs longer than S seconds as timed out and go on")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--devices-worker", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -635,47 +655,70 @@ def main() -> int:
             except RuntimeError as err:
                 print(f"error: {err}", file=sys.stderr)
                 return 1
-    names = [n.strip() for n in (args.cases or ",".join(CASES)).split(",") if n.strip()]
+    if args.device_check and args.cases:
+        print("error: give --device-check or --cases, not both", file=sys.stderr)
+        return 2
+    if args.out:
+        from hephaestus.tools.outputs import output_file_problem
+
+        problem = output_file_problem("--out", args.out, "device-check.txt")
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+    timeout = args.case_timeout or (DEVICE_CHECK_CASE_TIMEOUT_S if args.device_check else None)
+    names = list(DEVICE_CHECK) if args.device_check else \
+        [n.strip() for n in (args.cases or ",".join(CASES)).split(",") if n.strip()]
     unknown = [n for n in names if n not in CASES]
     if unknown:
         print(f"error: unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}", file=sys.stderr)
         return 2
     import jax
 
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({os.cpu_count()} cores); "
-          f"median of {TIMED_RUNS} timed chunks after compile")
-    print(f"{'case':<30} {'compile s':>9} {'env steps/s':>12} {'peak MiB':>9}  detail")
+    def say(line: str) -> None:  # every line of the table, also appended to --out
+        print(line, flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                print(line, file=f)
+
+    device = jax.devices()[0]
+    say(f"jax {jax.__version__} on {device.platform} ({getattr(device, 'device_kind', '')}; {os.cpu_count()} "
+          f"cores); median of {TIMED_RUNS} timed chunks after compile")
+    say(f"{'case':<30} {'compile s':>9} {'env steps/s':>12} {'peak MiB':>9}  detail")
     results = {}
     foreign = ["--reference-dir", args.reference_dir, "--reference-python", args.reference_python] \
         if args.reference_dir else []  # the workers add the same foreign cases
     foreign += ["--port-dir", args.port_dir] if args.port_dir else []
     for name in names:
-        out = subprocess.run([sys.executable, __file__, "--worker", name, *foreign], capture_output=True, text=True)
+        try:
+            out = subprocess.run([sys.executable, __file__, "--worker", name, *foreign], capture_output=True,
+                                 text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            say(f"{name:<30} timed out after {timeout:.0f} s")
+            continue
         line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
         if out.returncode or line is None:
             last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-            print(f"{name:<30} failed: {last[:120]}")
+            say(f"{name:<30} failed: {last[:120]}")
             continue
         r = results[name] = json.loads(line[len("RESULT "):])
-        print(f"{name:<30} {r['compile_s']:>9.1f} {r['steps_per_s']:>12,.0f} {r['peak_mib']:>9,.0f}  {r['detail']}",
-              flush=True)
+        say(f"{name:<30} {r['compile_s']:>9.1f} {r['steps_per_s']:>12,.0f} {r['peak_mib']:>9,.0f}  {r['detail']}")
     for name in names:
         whole = results.get(name[:-len("-wm")]) if name.endswith("-wm") else None
         if name in results and whole:  # the world_model stage's share of its DTC chunk
-            print(f"{name}: the world_model stage takes {whole['steps_per_s'] / results[name]['steps_per_s']:.0%} of "
+            say(f"{name}: the world_model stage takes {whole['steps_per_s'] / results[name]['steps_per_s']:.0%} of "
                   f"the chunk's time per env step; compiled alone, {results[name]['compile_s'] / whole['compile_s']:.0%}"
                   " of its compile")
         ref = results.get(f"{name}-reference")
         if name in results and ref:
-            print(f"{name}: hephaestus / our PureJaxRL-style reference = "
+            say(f"{name}: hephaestus / our PureJaxRL-style reference = "
                   f"{results[name]['steps_per_s'] / ref['steps_per_s']:.2f}x")
         port = results.get("hackmatrix-ppo-2048x128-port")
         if name in results and port and name.startswith("hackmatrix-ppo-2048x128") and not name.endswith("-port"):
-            print(f"{name}: hephaestus / the public port's trainer = {results[name]['steps_per_s'] / port['steps_per_s']:.2f}x "
+            say(f"{name}: hephaestus / the public port's trainer = {results[name]['steps_per_s'] / port['steps_per_s']:.2f}x "
                   f"env steps/s, {results[name]['peak_mib'] / port['peak_mib']:.2f}x peak memory")
         theirs = results.get(f"{name}-purejaxrl")
         if name in results and theirs:
-            print(f"{name}: hephaestus chunk / PureJaxRL's ppo.py = {results[name]['steps_per_s'] / theirs['steps_per_s']:.2f}x")
+            say(f"{name}: hephaestus chunk / PureJaxRL's ppo.py = {results[name]['steps_per_s'] / theirs['steps_per_s']:.2f}x")
         variants = {"dtc": "PPO+DTC", "dtc-prior": "PPO+DTC at configs/deepsea-dtc.yaml's setting",
                     "count": "PPO+count bonus", "rnd": "PPO+RND", "rnd-critic": "PPO+RND with its intrinsic critic",
                     "dreamer": "the dreamer",
@@ -685,7 +728,7 @@ def main() -> int:
         for suffix, label in variants.items():
             other = results.get(f"{name}-{suffix}")
             if other:
-                print(f"{name}: {label} costs {results[name]['steps_per_s'] / other['steps_per_s']:.2f}x PPO per env "
+                say(f"{name}: {label} costs {results[name]['steps_per_s'] / other['steps_per_s']:.2f}x PPO per env "
                       f"step (compile {other['compile_s']:.1f}s vs {results[name]['compile_s']:.1f}s)")
     return 0
 

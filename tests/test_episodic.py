@@ -98,8 +98,8 @@ def test_the_episodic_agent_trains_and_resumes_exactly(tmp_path, capsys):
     """Four updates saving at update 2, and a copy cut back to that checkpoint and resumed, end on bit-identical
     parameters: the memories, filled counts and running means come back with the checkpoint (a resumed run with
     empty memories would pay other bonuses and learn other parameters)."""
-    tiny = ["--env", "hackmatrix", "--agent", "episodic", "--num-envs", "4", "--num-steps", "16", "--hidden-dim", "16",
-            "--num-layers", "1", "--log-interval", "2", "--episodic-capacity", "8", "--episodic-k", "3", "--no-wandb",
+    tiny = ["--env", "gymnax:CartPole-v1", "--agent", "episodic", "--num-envs", "4", "--num-steps", "16",
+            "--hidden-dim", "16", "--num-layers", "1", "--log-interval", "2", "--episodic-capacity", "8", "--episodic-k", "3", "--no-wandb",
             "--total-timesteps", str(4 * 64), "--save-interval", "2", "--checkpoint-dir", str(tmp_path)]
     straight, split = tmp_path / "straight", tmp_path / "split"
     assert main(*tiny, "--run-name", "straight") == 0

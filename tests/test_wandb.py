@@ -2,6 +2,7 @@
 follows the run name, and a resumed run does not log a step twice. Never touches the network: HOME, WANDB_DIR
 and WANDB_MODE point at temporary directories, and no API key is set."""
 
+import csv
 import glob
 import json
 import re
@@ -236,3 +237,37 @@ def test_offline_resume_continues_the_same_run_and_its_steps(tmp_path, capsys):
     rows, _ = history(runs[1])
     assert [json.loads(keys["env_steps"]) for _, keys in rows if "update" in keys] == [384, 512]
     assert rows[0][0] == max(step for step, _ in before) + 1  # the history goes on where the first session ended
+
+
+def test_a_sweep_logs_one_run_per_point_in_one_group(tmp_path):
+    """A 2-point x 2-seed sweep with --wandb: one offline run per point, grouped by the sweep, each with its
+    point's values in a nested config, its own curve (the mean of its seeds and each seed's) on env_steps, and
+    its final evaluation in the summary."""
+    from hephaestus.tools import sweep
+
+    out = tmp_path / "lr-sweep"
+    assert sweep.main([*TINY, "--wandb", "--grid", "lr=1e-3,3e-3", "--seeds", "2",
+                       "--out", str(out), "--final-eval-episodes", "2", "--eval-max-steps", "20"]) == 0
+    runs = sorted(glob.glob(str(tmp_path / "wandb_dir" / "wandb" / "offline-run-*")))
+    assert len(runs) == 2
+    per_point = {}
+    for run in runs:
+        rows, records = history(run)
+        of = lambda kind: [getattr(r, kind) for r in records if r.WhichOneof("record_type") == kind]
+        header = of("run")[0]
+        config = {i.key: json.loads(i.value_json) for i in header.config.update}
+        assert header.run_group == "lr-sweep" and config["sweep"]["seeds"] == 2
+        lr = config["sweep"]["point"]["lr"]
+        assert config["ppo"]["lr"] == lr  # the point's value, in the training run's nesting
+        metrics = {m.glob_name or m.name: m.step_metric for m in of("metric")}
+        assert metrics.get("*") == "env_steps"
+        logged = [keys for _, keys in rows if "env_steps" in keys]
+        assert [json.loads(k["env_steps"]) for k in logged] == [128, 256]
+        assert {"mean_episode_return", "seed0/mean_episode_return", "seed1/mean_episode_return"} <= set(logged[-1])
+        summary = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for s in of("summary") for i in s.update}
+        per_point[lr] = (json.loads(logged[-1]["seed0/mean_episode_return"]), summary["final_eval/return_mean"])
+    assert set(per_point) == {1e-3, 3e-3}
+    # each run holds its own point's agents: the sweep's table, row by row
+    table = {float(r["lr"]): r for r in csv.DictReader(open(out / "results.csv"))}
+    for lr, (_, final_eval) in per_point.items():
+        assert final_eval == pytest.approx(float(table[lr]["eval/return_mean_mean"]), rel=1e-5)

@@ -184,7 +184,8 @@ def point_label(point: dict) -> str:
     return point_text(point, " ")
 
 
-def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message=print) -> list[dict]:
+def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message=print,
+              wandb: tuple[str, str] | None = None) -> list[dict]:
     """Train one group's agents in one program; returns per point {"point", "final": {key: [per seed]},
     "curves": {"env_steps": [...], key: [[per seed] per record]}}."""
     from hephaestus.run.watchdog import StartupWatchdog
@@ -197,7 +198,7 @@ def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message
     watchdog = StartupWatchdog(config.run.startup_timeout)
     try:
         watchdog.enter("setup")
-        return _run_group(config, group, seeds, out_dir, message, watchdog)
+        return _run_group(config, group, seeds, out_dir, message, watchdog, wandb)
     finally:
         watchdog.stop()
 
@@ -270,7 +271,7 @@ def kept_group_result(out_dir: str, group: Group, settings: str) -> list[dict] |
         return None
 
 
-def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog) -> list[dict]:
+def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog, wandb=None) -> list[dict]:
     from hephaestus.core.evaluation import final_evaluation
     from hephaestus.run.loop import run
     from hephaestus.core.ppo import make_train
@@ -288,16 +289,28 @@ def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog
     sink = JsonlSink(path)
     message(f"{group.name}: {len(group.points)} point(s) x {seeds} seed(s) = {agents} agents in one program, "
             f"{config.num_updates} updates of {config.batch_size} env steps each")
+    points_sink = SweepWandbSink(config, group, seeds, wandb[1], wandb[0], out_dir, message) if wandb else None
     try:
         # one console line per chunk (means over all the group's agents; the table separates the points)
-        result = run(trainer, sinks=[sink, ConsoleSink()], message=message, startup=watchdog)
+        result = run(trainer, sinks=[sink, ConsoleSink()] + ([points_sink] if points_sink else []), message=message,
+                     startup=watchdog)
+    except BaseException:
+        if points_sink:
+            points_sink.close()
+        raise
     finally:
         sink.close()
     records = result.records
     save_agents(trainer, result.runner_state, group, seeds, agent_seeds, os.path.join(directory, "final_params.npz"))
     # The final evaluation (--final-eval-episodes greedy episodes per agent, each agent with its own seed's key),
     # written to <out>/<group>/eval.json; its eval/ keys are the table's headline.
-    evaluated = final_evaluation(trainer, result.runner_state, directory, message, agent_seeds) or {}
+    try:
+        evaluated = final_evaluation(trainer, result.runner_state, directory, message, agent_seeds) or {}
+        if points_sink:
+            points_sink.summarize(evaluated)
+    finally:
+        if points_sink:
+            points_sink.close()
     evaluated_keys = [k for k in evaluated.get("per_seed", evaluated) if k.startswith(EVAL_PREFIXES)]
 
     def per_seed(record, key):
@@ -321,6 +334,96 @@ def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog
                     "curves": {"env_steps": [r["env_steps"] for r in records],
                                **{k: [per_seed(r, k)[rows] for r in records] for k in keys}}})
     return out
+
+
+class SweepWandbSink:
+    """wandb for a sweep: one run per point, live, in one group per sweep command (`--wandb-group`, else the
+    `--out` folder's name). A point, not a seed, is a run because a point is what a sweep compares: its config
+    (the point's values, nested as a training run's) is what wandb's tables and parallel-coordinates plots sort
+    by, and its seeds are replicates, logged as the mean and as `seed<j>/<key>` as a --num-seeds run logs them.
+    Each record of the group's program is split by the agents' order (point p owns rows p*seeds..). Every metric
+    is on `env_steps` (per agent), and the final evaluation goes in each run's summary. A program that runs again
+    after an interrupted sweep (--resume) logs new runs; the interrupted ones stay as wandb left them."""
+
+    def __init__(self, config: TrainConfig, group: "Group", seeds: int, sweep_group: str, mode: str, out_dir: str,
+                 message=print):
+        import secrets
+
+        import wandb
+
+        from hephaestus.core.sinks import STEP_METRIC, logged_config, wandb_online_problem
+
+        self.seeds = seeds
+        self.step_metric = STEP_METRIC
+        directory = os.environ.get("WANDB_DIR") or out_dir  # wandb/offline-run-* beside the sweep's results
+        os.makedirs(directory, exist_ok=True)
+        if mode == "online" and (problem := wandb_online_problem()):
+            message(f"wandb: {os.environ.get('WANDB_BASE_URL', 'api.wandb.ai')} {problem}; logging offline "
+                    f"(upload later with `wandb sync {directory}/wandb/offline-run-*`)")
+            mode = "offline"
+        settings = wandb.Settings(init_timeout=30, console="off", silent=True, x_disable_stats=True,
+                                  save_code=False, disable_git=True, reinit="create_new")
+        attempt = secrets.token_hex(3)  # a program run again after an interruption logs runs of its own
+        self.runs = []
+        for point in group.points:
+            point_cfg = config.replace(**split_point(point)[1], num_seeds=seeds)
+            logged = logged_config(point_cfg)
+            logged["sweep"] = {"point": point, "seeds": seeds, "program": group.name}
+            label = point_label(point) or "base"
+            run = wandb.init(mode=mode, settings=settings, project=config.logging.wandb_project,
+                             entity=config.logging.wandb_entity or None, group=sweep_group, job_type="sweep-point",
+                             name=f"{sweep_group} {label}", id=wandb_run_id_for_point(sweep_group, point, attempt),
+                             config=logged, dir=directory, tags=[config.env.name, config.agent, "sweep"])
+            run.define_metric(STEP_METRIC)
+            run.define_metric("*", step_metric=STEP_METRIC)
+            self.runs.append(run)
+        message(f"wandb: {len(self.runs)} {mode} run(s) in group {sweep_group}, one per point")
+
+    def point_values(self, record: dict, p: int) -> dict:
+        """Point p's part of a record: each per-agent statistic as the mean over its seeds (finite values) and,
+        for the keys a --num-seeds run logs per seed, each seed's value."""
+        from hephaestus.core.sinks import per_seed_key
+
+        rows = slice(p * self.seeds, (p + 1) * self.seeds)
+        per_agent = record.get("per_seed")
+        out = {self.step_metric: record.get(self.step_metric, 0), "update": record.get("update", 0)}
+        if not per_agent:  # one agent in all: the record is its own
+            out.update({k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                        and k not in ("total_env_steps", "eta_seconds")})
+            return out
+        for key, values in per_agent.items():
+            mine = [float(v) for v in values[rows] if isinstance(v, (int, float)) and math.isfinite(v)]
+            if mine:
+                out[key] = float(np.mean(mine))
+            if per_seed_key(key) and self.seeds > 1:
+                out.update({f"seed{j}/{key}": float(v) for j, v in enumerate(values[rows])
+                            if isinstance(v, (int, float)) and math.isfinite(v)})
+        return out
+
+    def write(self, record: dict) -> None:
+        for p, run in enumerate(self.runs):
+            run.log(self.point_values(record, p))
+
+    def summarize(self, evaluated: dict) -> None:
+        """The final evaluation, per point (mean over its seeds), as `final_eval/<stat>` in each run's summary."""
+        for p, run in enumerate(self.runs):
+            for key, value in self.point_values(evaluated, p).items():
+                if "/" in key and not key.startswith("seed") and isinstance(value, (int, float)):
+                    prefix, rest = key.split("/", 1)
+                    run.summary[f"final_{prefix}/{rest}"] = value
+
+    def close(self) -> None:
+        for run in self.runs:
+            run.finish()
+        self.runs = []
+
+
+def wandb_run_id_for_point(sweep_group: str, point: dict, attempt: str) -> str:
+    """A valid wandb id (letters, digits, `-`) for one point of one attempt at a sweep program."""
+    import hashlib
+
+    digest = hashlib.sha1(f"{sweep_group}\n{json.dumps(point, sort_keys=True)}".encode()).hexdigest()[:12]
+    return f"sweep-{digest}-{attempt}"
 
 
 def save_agents(trainer, runner_state, group: Group, seeds: int, agent_seeds: list[int], path: str) -> str:
@@ -497,7 +600,12 @@ def main(argv=None) -> int:
             raise SweepError(f"--out {args.out} holds an earlier sweep ({shown}); pass --resume to keep the "
                              "programs it completed and run the rest, --overwrite to replace it, or another --out")
         points = points_from_args(args)
-        base = config_from_args(args).replace(wandb=False)  # unresolved: each point settles its own autos
+        from hephaestus.core.sinks import wandb_mode
+
+        asked = config_from_args(args)
+        mode = wandb_mode(asked)  # the sweep's own runs (one per point); the programs inside log no run of their own
+        wandb = (mode, asked.logging.wandb_group or os.path.basename(os.path.abspath(args.out))) if mode else None
+        base = asked.replace(wandb=False)  # unresolved: each point settles its own autos
         resolve(base)
         for point in points:  # every point valid before anything compiles
             resolve(point_config(base, point))
@@ -525,7 +633,7 @@ def main(argv=None) -> int:
                 print(f"{group.name}: completed earlier with the same settings; kept "
                       f"({os.path.join(args.out, group.name)})", flush=True)
             else:
-                kept = run_group(base, group, args.seeds, args.out)
+                kept = run_group(base, group, args.seeds, args.out, wandb=wandb)
                 write_group_result(args.out, group, settings, kept)
             results += kept
             done.append(group.name)
