@@ -748,8 +748,8 @@ def validate(config: TrainConfig) -> None:
             raise ConfigError(f"--recurrent {net.recurrent} needs the PPO update; --agent {config.agent} replaces it "
                               "(its actor learns in imagination, feed-forward)")
         if env.num_envs % ppo.num_minibatches:  # a recurrent minibatch is whole env sequences
-            raise ConfigError(f"--recurrent {net.recurrent}: --num-envs {env.num_envs} must divide by --num-minibatches "
-                              f"{ppo.num_minibatches} (minibatches are whole env sequences)")
+            raise ConfigError(f"--recurrent {net.recurrent}: --num-envs {env.num_envs} must divide by "
+                              f"--num-minibatches {ppo.num_minibatches} (minibatches are whole env sequences)")
     for family in dataclasses.fields(config.stages):  # each stage family checks its own options
         check = getattr(getattr(config.stages, family.name), "validate", None)
         if check is not None:
