@@ -16,6 +16,12 @@ the DTC design's bottleneck; the flat features are the pooling's context; `ego`,
 multiply-adds of the whole network. The encoder (688 parameters) is shared by actor and critic, so it runs once
 per observation; a shared torso would halve the rest too, but the torsos stay separate for the reason above.
 
+Recurrent (`--recurrent gru | lstm`): flax's GRUCell or OptimizedLSTMCell (hidden_dim wide) sits between the
+encoder and the actor and critic MLPs, which then read the cell's output (PureJaxRL's ppo_rnn layout). Its state,
+the *carry* (one float32 array per env; an LSTM's c and h concatenated), is reset to zeros where an observation
+starts an episode. `act_carried` is the policy's one step with its carry (the rollout, evaluation, Agent.act);
+`evaluate_sequences` replays whole sequences for the PPO loss. A feed-forward network carries None.
+
 `NetworkSpec` is the whole description of a network (sizes, encoder and cell layout, storage and matmul dtypes,
 action bounds): training builds it from the env and the config, exports and checkpoints store it, and the watch
 and evaluate tools rebuild the network from it; `NetworkSpec.build` is the one place an ActorCritic is made.

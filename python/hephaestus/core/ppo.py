@@ -7,6 +7,10 @@ threads one batch through the stage list, `chunk`, which scans `log_interval` up
 the context and the stage list. The stage functions are module-level and pure over the context, so each can be
 called and tested on its own; extra stages (stages.py) slot in between without touching this file. No host
 callbacks: metrics come back as arrays and the Python loop logs them.
+
+--recurrent: the rollout state also holds each env's policy carry and whether its next observation starts an
+episode; the batch stores those flags (`first`) and each env's carry at the rollout's start (`carry0`), and the
+update's minibatches are whole env sequences (`to_sequences`, `sequence_minibatch`).
 """
 
 from __future__ import annotations
