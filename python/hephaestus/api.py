@@ -13,7 +13,9 @@
 * `Agent.act` is the one policy of training, evaluation and watch_agent.py (`networks.act`): greedy is the
   argmax over the valid actions, a key samples. It takes one observation [obs_dim] or a batch [..., obs_dim],
   or an env step (`EnvStep`, what `env.reset`/`env.step` return), whose action mask it applies; an env with action
-  masks (HackMatrix, jumanji) needs the step or `mask=`.
+  masks (HackMatrix, jumanji) needs the step or `mask=`. A recurrent agent (`agent.recurrent`, --recurrent gru |
+  lstm) remembers: `action, state = agent.act(step, state=state)`, the caller holding one state per game and
+  passing `state=None` at each game's start.
 * `agent.env` is the env the agent trained on, built from the name its file stores with the env's own parameters:
   the rules evaluations play (a training reward set by --env-params is not applied; `env_params=` plays a variant).
 * `make_env(name, **params)`: the env of `--env NAME` with `--env-params` as keywords.

@@ -52,6 +52,7 @@ MAX_MINIBATCHES = 64
 MIN_EPOCHS = 2
 ENCODERS = ("auto", "mlp", "cells", "salience", "ego")
 OBS_DTYPES = ("auto", "float32", "bfloat16", "uint8")
+RECURRENT_CELLS = ("none", "gru", "lstm")  # --recurrent
 # --log-interval auto: updates per chunk so that a chunk holds about this many env steps (all seeds together).
 # A chunk is one call of the compiled program; what the host does between chunks (metrics, sinks, hooks) is paid
 # per chunk, so small updates want many per chunk: CartPole at 4 x 128 gets 128 updates (~0.4 s on a 2-core
@@ -205,6 +206,14 @@ class NetworkConfig:
     action's probability falls to 0 (DreamerV3 mixes 0.01 into its actor); the mixed distribution is what acts,
     what the losses score and what checkpoints replay; greedy actions are unchanged (the mix keeps the argmax);
     0 = off"""
+    recurrent: Literal["none", "gru", "lstm"] = "none"
+    """a recurrent cell between the encoder and the actor and critic MLPs (flax GRUCell or OptimizedLSTMCell,
+    --hidden-dim wide), for envs whose observation does not tell the whole state (e.g. gymnax MemoryChain-bsuite,
+    where the cue shown at the first step decides the last step's reward): the policy then acts on what it remembers.
+    Its state is carried through the rollout per env, reset at episode starts, and the PPO update replays whole
+    env sequences (minibatches of envs, not of steps; --num-envs must divide by --num-minibatches). none: the
+    feed-forward network (every existing run, unchanged); not with the dreamer agents, whose actor learns in
+    imagination with the feed-forward network"""
     normalize_obs: bool = False
     """standardise observations by their running mean and variance (kept with the network's parameters, so
     checkpoints, exports, evaluate and watch use them; updated after each PPO update; normalization.py); for envs
@@ -732,6 +741,15 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"--obs-dtype must be one of {', '.join(OBS_DTYPES)}, got {net.obs_dtype!r}")
     if net.cell_dim <= 0:
         raise ConfigError(f"--cell-dim must be positive, got {net.cell_dim}")
+    if net.recurrent not in RECURRENT_CELLS:
+        raise ConfigError(f"--recurrent must be one of {', '.join(RECURRENT_CELLS)}, got {net.recurrent!r}")
+    if net.recurrent != "none":
+        if learns_by_dreaming(config):
+            raise ConfigError(f"--recurrent {net.recurrent} needs the PPO update; --agent {config.agent} replaces it "
+                              "(its actor learns in imagination, feed-forward)")
+        if env.num_envs % ppo.num_minibatches:  # a recurrent minibatch is whole env sequences
+            raise ConfigError(f"--recurrent {net.recurrent}: --num-envs {env.num_envs} must divide by "
+                              f"--num-minibatches {ppo.num_minibatches} (minibatches are whole env sequences)")
     for family in dataclasses.fields(config.stages):  # each stage family checks its own options
         check = getattr(getattr(config.stages, family.name), "validate", None)
         if check is not None:

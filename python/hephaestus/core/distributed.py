@@ -84,6 +84,9 @@ def check_divisible(config, num_devices: int) -> None:
     if per_device % config.ppo.num_minibatches:
         raise ValueError(f"per-device batch {config.env.num_envs // num_devices} envs x {config.env.num_steps} steps = "
                          f"{per_device:,} does not divide into {config.ppo.num_minibatches} minibatches")
+    if config.network.recurrent != "none" and (config.env.num_envs // num_devices) % config.ppo.num_minibatches:
+        raise ValueError(f"--recurrent {config.network.recurrent}: the {config.env.num_envs // num_devices} envs per "
+                         f"device do not divide into {config.ppo.num_minibatches} minibatches of whole env sequences")
 
 
 def make_mesh(num_devices: int | None = None) -> Mesh:

@@ -8,7 +8,8 @@ Python state, so the function can later be vmapped over seeds' parameters and ke
 
 Policies: `greedy` (argmax over the valid actions, or the Gaussian mean), `sampled` (the training policy),
 `random` (masked-uniform over the valid actions, or uniform in the action bounds; `params` unused), all through
-`networks.act`. The policy is an argument of the one compiled program, not a program of its own. `scripted`: one
+`networks.act` (a recurrent network's `act_carried`: its state starts at zeros at each game's reset and goes on
+through the game). The policy is an argument of the one compiled program, not a program of its own. `scripted`: one
 of the env's scripted baselines (`AdaptedEnv.scripted_policies`, which read the env's state), in a program of its
 own without a network (`evaluate.py --scripted NAME`).
 
@@ -70,24 +71,33 @@ def make_evaluator(env, network, episodes: int, max_steps: int, scripted=None):
     if scripted is not None and network is not None:
         raise ValueError("a scripted policy plays without a network")
 
-    def choose(params, env_state, obs, mask, key, policy):
+    def choose(params, carry, first, env_state, obs, mask, key, policy):
+        """(the policy's next carry, the actions): a recurrent network's carry goes on, else it is None."""
         def random(_):
-            return nets.random_action(key, mask, spec.discrete, spec.action_low, spec.action_high)
+            return carry, nets.random_action(key, mask, spec.discrete, spec.action_low, spec.action_high)
 
         if scripted is not None:
-            return jax.vmap(scripted)(env_state, mask, jax.random.split(key, mask.shape[0]))
+            return carry, jax.vmap(scripted)(env_state, mask, jax.random.split(key, mask.shape[0]))
         if network is None:
             return random(None)
-        greedy = lambda _: nets.act(network, params, obs, mask, key, greedy=True)[0]  # noqa: E731
-        sampled = lambda _: nets.act(network, params, obs, mask, key)[0]  # noqa: E731
-        return jax.lax.switch(policy, [greedy, sampled, random], None)  # in POLICIES order
+
+        def policy_branch(greedy):
+            def branch(_):
+                next_carry, acted = nets.act_carried(network, params, carry, obs, first, mask, key, greedy=greedy)
+                return next_carry, acted[0]
+            return branch
+
+        return jax.lax.switch(policy, [policy_branch(True), policy_branch(False), random], None)  # in POLICIES order
 
     def run(params, key, policy, instance=None):  # keys: game_reset_keys, game_step_keys (GameKeys replays one lane's)
         reset_keys, key = game_reset_keys(key, episodes)
         env_state, first = v_reset(reset_keys)
         if instance is not None:  # the trained run's instance (DeepSea: its action map), not the env's default
             env_state = env.set_instance(env_state, instance)
+        # --recurrent: each game's policy state, zeros at its reset (a game is one episode: no other reset counts)
+        policy_carry = None if network is None else nets.initial_carry(network, (episodes,))
         carry = {"env_state": env_state, "obs": first.obs, "mask": first.action_mask, "key": key,
+                 "policy_carry": policy_carry,
                  "t": jnp.int32(0), "active": jnp.ones((episodes,), bool), "finished": jnp.zeros((episodes,), bool),
                  "return": jnp.zeros((episodes,), jnp.float32), "length": jnp.zeros((episodes,), jnp.int32),
                  "stats": episode_stats.zeros(stats, (episodes,), jnp)}
@@ -97,12 +107,14 @@ def make_evaluator(env, network, episodes: int, max_steps: int, scripted=None):
 
         def body(c):
             key, key_act, env_keys = game_step_keys(c["key"], episodes)
-            action = choose(params, c["env_state"], c["obs"], c["mask"], key_act, policy)
+            policy_carry, action = choose(params, c["policy_carry"], c["t"] == 0, c["env_state"], c["obs"], c["mask"],
+                                          key_act, policy)
             env_state, step = v_step(env_keys, c["env_state"], action)
             active = c["active"]
             done = jnp.logical_or(step.terminated, step.truncated)
             ran = episode_stats.accumulate(stats, c["stats"], step.info.get("episode_stats", {}), jnp)
             return {"env_state": env_state, "obs": step.obs, "mask": step.action_mask, "key": key,
+                    "policy_carry": policy_carry,
                     "t": c["t"] + 1, "active": active & ~done, "finished": c["finished"] | (active & done),
                     "return": c["return"] + jnp.where(active, step.reward, 0.0),
                     "length": c["length"] + active.astype(jnp.int32),

@@ -5,7 +5,7 @@ Layout of the file:
   `__meta__`        a 0-d unicode array holding JSON: format version, package version, env name, network shape
                     (networks.NetworkSpec.to_meta: `obs_dim`, `action_dim`, `discrete`, action bounds,
                     `hidden_dim`, `num_layers`, `activation`, `encoder`, `obs_dtype`, `dtype`, and
-                    `obs_cells`/`cell_dim` for the cells encoder), `update`,
+                    `obs_cells`/`cell_dim` for the cells encoder, `recurrent` for a --recurrent network), `update`,
                     `env_steps`, `num_seeds`, and the resolved config.
                     With `num_seeds` S > 1 (a --num-seeds run) every parameter has a leading [S] axis, one row per
                     seed (seed --seed + i in row i); `select_seed` picks one agent's parameters.

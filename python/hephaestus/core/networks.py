@@ -16,6 +16,12 @@ the DTC design's bottleneck; the flat features are the pooling's context; `ego`,
 multiply-adds of the whole network. The encoder (688 parameters) is shared by actor and critic, so it runs once
 per observation; a shared torso would halve the rest too, but the torsos stay separate for the reason above.
 
+Recurrent (`--recurrent gru | lstm`): flax's GRUCell or OptimizedLSTMCell (hidden_dim wide) sits between the
+encoder and the actor and critic MLPs, which then read the cell's output (PureJaxRL's ppo_rnn layout). Its state,
+the *carry* (one float32 array per env; an LSTM's c and h concatenated), is reset to zeros where an observation
+starts an episode. `act_carried` is the policy's one step with its carry (the rollout, evaluation, Agent.act);
+`evaluate_sequences` replays whole sequences for the PPO loss. A feed-forward network carries None.
+
 `NetworkSpec` is the whole description of a network (sizes, encoder and cell layout, storage and matmul dtypes,
 action bounds): training builds it from the env and the config, exports and checkpoints store it, and the watch
 and evaluate tools rebuild the network from it; `NetworkSpec.build` is the one place an ActorCritic is made.
@@ -274,6 +280,10 @@ class ActorCritic(nn.Module):
     # OBS_NORM (normalization.py updates them); `obs_dim` sizes them.
     normalize_obs: bool = False
     obs_dim: int = 0
+    # --recurrent: "gru" or "lstm" puts that cell (hidden_dim wide) between the encoder and the actor and critic
+    # MLPs; its state is the carry of `step` (`initial_carry`; an LSTM's (c, h) concatenated into one array).
+    # "none": the feed-forward network, `__call__`.
+    recurrent: str = "none"
 
     def setup(self):
         dims = (self.hidden_dim,) * self.num_layers
@@ -288,6 +298,10 @@ class ActorCritic(nn.Module):
             self.encoder = CellEncoder(self.obs_cells, self.cell_dim, self.activation, self.dtype)
         if self.normalize_obs:
             self.obs_norm = self.variable(OBS_NORM, "moments", initial_moments, self.obs_dim)
+        if self.recurrent == "gru":
+            self.cell = nn.GRUCell(features=self.hidden_dim, dtype=self.dtype, param_dtype=jnp.float32)
+        elif self.recurrent == "lstm":
+            self.cell = nn.OptimizedLSTMCell(features=self.hidden_dim, dtype=self.dtype, param_dtype=jnp.float32)
         if not self.discrete:
             # State-independent log std, as in PPO's continuous-control setup.
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,), jnp.float32)
@@ -309,7 +323,10 @@ class ActorCritic(nn.Module):
         return self.encoder.weights(self._inputs(obs))
 
     def __call__(self, obs):
-        x = self.encode(obs)
+        return self.heads(self.encode(obs))
+
+    def heads(self, x):
+        """(policy_params, value) of the features `x`: the encoder's (feed-forward) or the cell's (recurrent)."""
         out = self.actor(x)
         if self.discrete and self.unimix > 0:
             out = mix_uniform(out, self.unimix)
@@ -317,6 +334,30 @@ class ActorCritic(nn.Module):
 
     def value(self, obs):
         return self.critic(self.encode(obs))[..., 0]
+
+    # -- recurrent (--recurrent gru | lstm) -------------------------------------------------------------
+    def core(self, carry, x, first):
+        """One step of the cell: `carry` [..., carry_dim] (zeroed where `first` [...], the observation that starts
+        an episode: the done flag of the step before, as PureJaxRL's ScannedRNN resets), the features `x` ->
+        (next carry, the cell's output [..., hidden_dim]). Float32 carry whatever the matmul dtype."""
+        carry = jnp.where(first[..., None], 0.0, carry)
+        if self.recurrent == "lstm":
+            c, h = jnp.split(carry, 2, axis=-1)
+            (c, h), y = self.cell((c, h), x)
+            next_carry = jnp.concatenate([c, h], axis=-1)
+        else:
+            next_carry, y = self.cell(carry, x)
+        return next_carry.astype(jnp.float32), y
+
+    def step(self, carry, obs, first):
+        """The recurrent policy's one step: (next carry, (policy_params, value))."""
+        carry, y = self.core(carry, self.encode(obs), first)
+        return carry, self.heads(y)
+
+    def value_step(self, carry, obs):
+        """The critic's value of `obs` seen after `carry` (no reset): the truncation bootstrap's."""
+        _, y = self.core(carry, self.encode(obs), jnp.zeros(obs.shape[:-1], bool))
+        return self.critic(y)[..., 0]
 
     def policy_log_std(self):
         return self.log_std
@@ -371,12 +412,13 @@ class NetworkSpec:
     action_high: tuple[float, ...] = ()
     normalize_obs: bool = False  # running observation statistics in the OBS_NORM collection
     unimix: float = 0.0  # discrete: the uniform share mixed into the policy (--unimix)
+    recurrent: str = "none"  # none | gru | lstm (--recurrent)
 
     # What a field means when a file predates it (exports and checkpoints before the cells encoder, the storage
     # dtype and the recorded matmul dtype are float32 MLPs).
     META_DEFAULTS: ClassVar[dict] = {"activation": "tanh", "encoder": "mlp", "cell_dim": 16, "salience_heads": 4,
                                      "obs_dtype": "float32", "dtype": "float32", "normalize_obs": False,
-                                     "unimix": 0.0}
+                                     "unimix": 0.0, "recurrent": "none"}
     META_REQUIRED: ClassVar[tuple] = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers")
 
     @classmethod
@@ -394,10 +436,12 @@ class NetworkSpec:
                    salience_heads=net.salience_heads if encoder == "salience" else cls.META_DEFAULTS["salience_heads"],
                    obs_dtype=resolve_obs_dtype(config, env_spec), dtype=net.dtype,
                    action_low=tuple(env_spec.action_low), action_high=tuple(env_spec.action_high),
-                   normalize_obs=bool(net.normalize_obs), unimix=float(net.unimix) if env_spec.discrete else 0.0)
+                   normalize_obs=bool(net.normalize_obs), unimix=float(net.unimix) if env_spec.discrete else 0.0,
+                   recurrent=net.recurrent)
 
     def to_meta(self) -> dict:
-        """JSON-ready; `obs_cells` and `cell_dim` only for the encoders of cells, `obs_board` for ego."""
+        """JSON-ready; `obs_cells` and `cell_dim` only for the encoders of cells, `obs_board` for ego, `recurrent`
+        only for a recurrent network (a feed-forward network's description is what it always was)."""
         meta = {"obs_dim": self.obs_dim, "action_dim": self.action_dim, "discrete": self.discrete,
                 "action_low": list(self.action_low), "action_high": list(self.action_high),
                 "hidden_dim": self.hidden_dim, "num_layers": self.num_layers, "activation": self.activation,
@@ -409,6 +453,8 @@ class NetworkSpec:
             meta.update(salience_heads=self.salience_heads)
         if self.encoder == "ego":
             meta.update(obs_board=list(self.obs_board))
+        if self.recurrent != "none":
+            meta.update(recurrent=self.recurrent)
         return meta
 
     @classmethod
@@ -433,7 +479,7 @@ class NetworkSpec:
                    obs_dtype=net["obs_dtype"], dtype=net["dtype"],
                    action_low=tuple(float(x) for x in net.get("action_low", ())),
                    action_high=tuple(float(x) for x in net.get("action_high", ())),
-                   normalize_obs=bool(net["normalize_obs"]), unimix=float(net["unimix"]))
+                   normalize_obs=bool(net["normalize_obs"]), unimix=float(net["unimix"]), recurrent=net["recurrent"])
 
     def build(self) -> ActorCritic:
         return ActorCritic(action_dim=self.action_dim, discrete=self.discrete, hidden_dim=self.hidden_dim,
@@ -443,7 +489,8 @@ class NetworkSpec:
                            cell_dim=self.cell_dim,
                            salience_heads=self.salience_heads if self.encoder == "salience" else 0,
                            action_low=self.action_low, action_high=self.action_high,
-                           normalize_obs=self.normalize_obs, obs_dim=self.obs_dim, unimix=self.unimix)
+                           normalize_obs=self.normalize_obs, obs_dim=self.obs_dim, unimix=self.unimix,
+                           recurrent=self.recurrent)
 
 
 def make_network(spec, config) -> ActorCritic:
@@ -457,14 +504,52 @@ def make_network(spec, config) -> ActorCritic:
 # `random_action` is the parameter-free baseline evaluate.py --random measures against.
 
 
+def is_recurrent(network: ActorCritic) -> bool:
+    return network.recurrent != "none"
+
+
+def carry_dim(network: ActorCritic) -> int:
+    """Width of a recurrent network's carry: hidden_dim (GRU), 2 x hidden_dim (LSTM: c and h); 0 feed-forward."""
+    return {"none": 0, "gru": 1, "lstm": 2}[network.recurrent] * network.hidden_dim
+
+
+def initial_carry(network: ActorCritic, batch_shape=()):
+    """The carry at the start of an episode: zeros [*batch_shape, carry_dim]; None for a feed-forward network
+    (which carries nothing, so its runner state and programs are what they were before --recurrent)."""
+    return jnp.zeros(tuple(batch_shape) + (carry_dim(network),), jnp.float32) if is_recurrent(network) else None
+
+
+def init_params(network: ActorCritic, key, obs_dim: int):
+    """The network's fresh variables (parameters, and --normalize-obs's moments)."""
+    if not is_recurrent(network):
+        return network.init(key, jnp.zeros((1, obs_dim), jnp.float32))
+    return network.init(key, initial_carry(network, (1,)), jnp.zeros((1, obs_dim), jnp.float32),
+                        jnp.ones((1,), bool), method="step")
+
+
+def act_carried(network: ActorCritic, params, carry, obs, first, mask, key, greedy: bool = False):
+    """`act` for any network, carrying a recurrent one's state: (next carry, (env_action, action, log_prob,
+    value)). `carry` [..., carry_dim] is the state before `obs`; `first` [...] marks observations that start an
+    episode (the carry is reset to zeros there). A feed-forward network's carry is None and stays None."""
+    if not is_recurrent(network):
+        return None, act(network, params, obs, mask, key, greedy)
+    carry, (out, value) = network.apply(params, carry, obs, first, method="step")
+    return carry, _choose(network, params, out, value, mask, key, greedy)
+
+
 def act(network: ActorCritic, params, obs, mask, key, greedy: bool = False):
-    """Choose actions for `obs` [..., obs_dim]. Returns (env_action, action, log_prob, value).
+    """Choose actions for `obs` [..., obs_dim]. Returns (env_action, action, log_prob, value). Feed-forward
+    networks; a recurrent one acts through `act_carried`.
 
     Discrete: a sample of the masked categorical, or with `greedy` the argmax over the valid actions;
     `env_action` is `action`. Continuous: a sample of the diagonal Gaussian, or with `greedy` its mean; `action`
     is the raw value (what PPO stores and scores) and `env_action` that value clipped to the action bounds.
     `greedy` is a Python bool (it selects the program, it is not data); `key` is unused when greedy."""
     out, value = network.apply(params, obs)
+    return _choose(network, params, out, value, mask, key, greedy)
+
+
+def _choose(network: ActorCritic, params, out, value, mask, key, greedy: bool):
     if network.discrete:
         if greedy:
             action = jnp.argmax(masked_logits(out, mask), axis=-1).astype(jnp.int32)
@@ -491,6 +576,24 @@ def evaluate(network: ActorCritic, params, obs, mask, action, teacher_action=Non
     """(log_prob, entropy, value) of stored actions under `params` (the PPO loss); with `teacher_action` (discrete),
     (log_prob, entropy, value, the teacher's actions' log_prob) from the same forward pass."""
     out, value = network.apply(params, obs)
+    return _score(network, params, out, value, mask, action, teacher_action)
+
+
+def evaluate_sequences(network: ActorCritic, params, carry0, obs, first, mask, action, teacher_action=None):
+    """`evaluate` for a recurrent network on whole env sequences: `obs` [T, B, ...] in time order, `first` [T, B]
+    (episode starts: the carry resets there), `carry0` [B, carry_dim] the carry before step 0. The encoder and
+    the heads run on all T x B observations at once; only the cell is scanned over time."""
+    x = network.apply(params, obs, method="encode")
+
+    def cell_step(carry, inputs):
+        return network.apply(params, carry, *inputs, method="core")
+
+    _, y = jax.lax.scan(cell_step, carry0, (x, first))
+    out, value = network.apply(params, y, method="heads")
+    return _score(network, params, out, value, mask, action, teacher_action)
+
+
+def _score(network: ActorCritic, params, out, value, mask, action, teacher_action):
     if network.discrete:
         scored = categorical_log_prob(out, mask, action), categorical_entropy(out, mask), value
         return scored if teacher_action is None else scored + (categorical_log_prob(out, mask, teacher_action),)

@@ -126,7 +126,11 @@ class Player:
 
     def _policy(self, key, out):
         """The env action of the agent's one policy (Agent.act) for the step `out`: greedy, or sampled with `key`
-        (drawn either way, so a greedy and a sampled replay walk the same key stream)."""
+        (drawn either way, so a greedy and a sampled replay walk the same key stream). A recurrent agent's state
+        goes on from step to step (`self._state`, None at each episode's reset)."""
+        if self.agent.recurrent:
+            action, self._state = self.agent.act(out, None if self.greedy else key, state=self._state)
+            return action
         return self.agent.act(out, None if self.greedy else key)
 
     # -- playing ----------------------------------------------------------------------------------------
@@ -143,6 +147,7 @@ class Player:
         results = []
         for ep in range(num_episodes):
             state, out = self._reset(keys.reset())
+            self._state = None  # a recurrent agent starts each episode with a fresh state
             total, stats = 0.0, episode_stats.zeros(declared, (), np)
             if on_frame(Frame(ep + 1, 0, state, np.asarray(out.obs))):
                 break

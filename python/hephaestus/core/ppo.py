@@ -7,6 +7,10 @@ threads one batch through the stage list, `chunk`, which scans `log_interval` up
 the context and the stage list. The stage functions are module-level and pure over the context, so each can be
 called and tested on its own; extra stages (stages.py) slot in between without touching this file. No host
 callbacks: metrics come back as arrays and the Python loop logs them.
+
+--recurrent: the rollout state also holds each env's policy carry and whether its next observation starts an
+episode; the batch stores those flags (`first`) and each env's carry at the rollout's start (`carry0`), and the
+update's minibatches are whole env sequences (`to_sequences`, `sequence_minibatch`).
 """
 
 from __future__ import annotations
@@ -103,12 +107,17 @@ class RolloutState:
     last_mean_return: jax.Array  # [] carried so an update where no episode ends still reports a value
     last_mean_length: jax.Array  # []
     episode_stats: dict  # stat name -> [N] running value of the episode in progress (EnvSpec.episode_stats)
+    # --recurrent: the policy's state before `obs` [N, carry_dim], and whether `obs` starts an episode [N] (the
+    # previous step's done: the policy resets its state there). None for a feed-forward policy, so its runner
+    # state, checkpoints and programs are what they were without the option.
+    carry: Any = None
+    first: Any = None
 
 
 # How the rollout state is laid out over devices (Stage.partition): per-env leaves follow their envs.
 ROLLOUT_PARTITION = RolloutState(env_state=ENVS, obs=ENVS, action_mask=ENVS, episode_return=ENVS,
                                  episode_length=ENVS, last_mean_return=REPLICATED, last_mean_length=REPLICATED,
-                                 episode_stats=ENVS)
+                                 episode_stats=ENVS, carry=ENVS, first=ENVS)
 
 
 def rollout_init(ctx: PPOContext, key) -> RolloutState:
@@ -116,13 +125,26 @@ def rollout_init(ctx: PPOContext, key) -> RolloutState:
     if ctx.env.init_instance is not None:  # e.g. DeepSea: one action map per run, drawn from the run's key
         env_state = ctx.env.init_instance(jax.random.fold_in(key, 1), env_state)
     zeros, scalar = jnp.zeros((ctx.num_envs,), jnp.float32), jnp.float32(0.0)
+    recurrent = nets.is_recurrent(ctx.network)
     return RolloutState(env_state=env_state, obs=first.obs, action_mask=first.action_mask, episode_return=zeros,
                         episode_length=zeros.astype(jnp.int32), last_mean_return=scalar, last_mean_length=scalar,
-                        episode_stats=episode_stats.zeros(ctx.stats, zeros.shape, jnp))
+                        episode_stats=episode_stats.zeros(ctx.stats, zeros.shape, jnp),
+                        carry=nets.initial_carry(ctx.network, (ctx.num_envs,)),
+                        first=jnp.ones((ctx.num_envs,), bool) if recurrent else None)
+
+
+def final_value(network, params, carry, final_obs):
+    """The critic's value of the observation an episode was truncated on: for a recurrent policy, seen after the
+    carry of the episode's last step."""
+    if nets.is_recurrent(network):
+        return network.apply(params, carry, final_obs, method="value_step")
+    return network.apply(params, final_obs, method="value")
 
 
 def rollout_apply(ctx: PPOContext, key, train_state, batch, rs: RolloutState):
     network, storage, shard, params = ctx.network, ctx.storage, ctx.shard, train_state.params
+    recurrent = nets.is_recurrent(network)
+    carry0 = rs.carry  # --recurrent: each env's sequence starts from this state (the PPO update replays from it)
 
     def env_step(carry, step_key):
         rs, sums = carry
@@ -130,15 +152,16 @@ def rollout_apply(ctx: PPOContext, key, train_state, batch, rs: RolloutState):
         # The policy acts on the observation as the batch stores it (identical for exact storage), so the
         # stored log-probabilities and values are those of the stored observations.
         stored_obs = storage.to_storage(rs.obs)
-        env_action, action, log_prob, value = nets.act(network, params, storage.from_storage(stored_obs),
-                                                       rs.action_mask, key_act, greedy=False)
+        policy_carry, (env_action, action, log_prob, value) = nets.act_carried(
+            network, params, rs.carry, storage.from_storage(stored_obs), rs.first, rs.action_mask, key_act,
+            greedy=False)
         env_state, step = ctx.v_step(shard.constrain_envs(jax.random.split(key_env, ctx.num_envs)), rs.env_state,
                                      env_action)
         # Truncated episodes bootstrap from the critic's value of the observation they ended on. The critic
         # pass runs only on steps where some env truncated (a real branch: not under vmap).
         bootstrap = jax.lax.cond(
             jnp.any(step.truncated),
-            lambda: jnp.where(step.truncated, network.apply(params, step.final_obs, method="value"), 0.0),
+            lambda: jnp.where(step.truncated, final_value(network, params, policy_carry, step.final_obs), 0.0),
             lambda: jnp.zeros((ctx.num_envs,), jnp.float32))
         done = jnp.logical_or(step.terminated, step.truncated)
         ep_return, ep_length = rs.episode_return + step.reward, rs.episode_length + 1
@@ -155,15 +178,22 @@ def rollout_apply(ctx: PPOContext, key, train_state, batch, rs: RolloutState):
                 rs.env_state, rs.action_mask, jax.random.split(key_teacher, ctx.num_envs)).astype(jnp.int32)
         if ctx.store_next_obs:  # the pre-reset observation the action led to (episode ends included)
             transition["next_obs"] = step.final_obs.astype(jnp.float32)
+        if recurrent:  # where the policy reset its state: the update replays the sequence with the same resets
+            transition["first"] = rs.first
         rs = rs.replace(env_state=env_state, obs=step.obs, action_mask=step.action_mask,
                         episode_return=jnp.where(done, 0.0, ep_return), episode_length=jnp.where(done, 0, ep_length),
-                        episode_stats={k: jnp.where(done, 0.0, v) for k, v in ep_stats.items()})
+                        episode_stats={k: jnp.where(done, 0.0, v) for k, v in ep_stats.items()},
+                        carry=policy_carry, first=done if recurrent else None)
         return (shard.constrain_state("rollout", rs), sums), shard.constrain_envs(transition)
 
     sums = rollout_metrics.zero_sums(ctx.stats, ctx.reward_terms, ctx.action_groups)
     (rs, sums), batch = jax.lax.scan(env_step, (shard.constrain_state("rollout", rs), sums),
                                      jax.random.split(key, ctx.num_steps))
-    batch["last_value"] = network.apply(params, rs.obs, method="value")
+    if recurrent:
+        _, (_, batch["last_value"]) = network.apply(params, rs.carry, rs.obs, rs.first, method="step")
+        batch["carry0"] = carry0  # [N, carry_dim]
+    else:
+        batch["last_value"] = network.apply(params, rs.obs, method="value")
     if ctx.store_next_obs:  # the observation the next rollout starts from (intrinsic_critic's last next state)
         batch["last_obs"] = rs.obs.astype(jnp.float32)
     metrics = rollout_metrics.to_metrics(sums, rs.last_mean_return, rs.last_mean_length, ctx.batch_size)
@@ -225,7 +255,12 @@ TEACHER_KEYS = ("teacher_action",)  # with --teacher
 def ppo_loss(ctx: PPOContext, params, mb, hyper):
     """Clipped-surrogate PPO loss of one minibatch -> (total, stats); with a teacher, plus hyper["teacher_coef"]
     times the cross-entropy from the teacher's actions."""
-    scored = nets.evaluate(ctx.network, params, mb["obs"], mb["action_mask"], mb["action"], mb.get("teacher_action"))
+    if "carry0" in mb:  # --recurrent: whole sequences [T, B, ...], the cell replayed from each one's stored state
+        scored = nets.evaluate_sequences(ctx.network, params, mb["carry0"], mb["obs"], mb["first"], mb["action_mask"],
+                                         mb["action"], mb.get("teacher_action"))
+    else:
+        scored = nets.evaluate(ctx.network, params, mb["obs"], mb["action_mask"], mb["action"],
+                               mb.get("teacher_action"))
     log_prob, entropy, value = scored[:3]
     log_ratio = log_prob - mb["log_prob"]
     ratio = jnp.exp(log_ratio)
@@ -258,11 +293,13 @@ def to_rows(ctx: PPOContext, x):
     return ctx.shard.constrain(jnp.swapaxes(x, 0, 1).reshape((d, ctx.batch_size // d) + x.shape[3:]), "data")
 
 
-def epoch_order(ctx: PPOContext, key):
+def epoch_order(ctx: PPOContext, key, rows: int | None = None):
     """One epoch's minibatch indices, int32[num_minibatches, D, rows / num_minibatches]: each row shuffled on its own
     (a per-row sort, local to its device). One row takes the same numbers from a 1-D shuffle: a faster program (the
-    [1, rows] sort cost 1.7x per chunk at 4 CartPole envs on CPU), and the flat one-device update's stream."""
-    d, rows = ctx.shard.num_devices, ctx.batch_size // ctx.shard.num_devices
+    [1, rows] sort cost 1.7x per chunk at 4 CartPole envs on CPU), and the flat one-device update's stream.
+    `rows`: entries per row (default: the row's transitions; --recurrent: its envs)."""
+    d = ctx.shard.num_devices
+    rows = ctx.batch_size // d if rows is None else rows
     order = (jax.random.permutation(key, rows)[None] if d == 1 else jax.random.permutation(  # [D, rows]
         key, ctx.shard.constrain(jnp.broadcast_to(jnp.arange(rows), (d, rows)), "data"), axis=1, independent=True))
     order = order.reshape(d, ctx.num_minibatches, rows // ctx.num_minibatches).swapaxes(0, 1)
@@ -277,19 +314,55 @@ def minibatch(ctx: PPOContext, rowed, idx):
     return {**mb, "obs": ctx.storage.from_gather(mb["obs"])}
 
 
+# --recurrent: a minibatch is whole env sequences. The batch is viewed as [D, N/D envs, T, ...] (each env's steps
+# in time order) and each epoch shuffles the envs of every row, as PureJaxRL's ppo_rnn does; the loss replays the
+# cell over each sequence from the state it started the rollout with (batch["carry0"]), resetting where it did.
+SEQUENCE_KEYS = ("first",)
+
+
+def to_sequences(ctx: PPOContext, x):
+    """[T, N, ...] -> [D, N/D, T, ...]: row d holds device d's envs, each a sequence in time order."""
+    d = ctx.shard.num_devices
+    x = x.reshape((ctx.num_steps, d, ctx.num_envs // d) + x.shape[2:])
+    return ctx.shard.constrain(jnp.moveaxis(x, 0, 2), "data")
+
+
+def carries_to_rows(ctx: PPOContext, carry):
+    """The rollout's initial carries [N, carry_dim] -> [D, N/D, carry_dim], beside `to_sequences`' envs."""
+    d = ctx.shard.num_devices
+    return ctx.shard.constrain(carry.reshape((d, ctx.num_envs // d) + carry.shape[1:]), "data")
+
+
+def sequence_minibatch(ctx: PPOContext, seqs, idx):
+    """Gather the rows' envs `idx` [D, envs/D] (row-local) -> one minibatch of sequences [T, B, ...] (carry0:
+    [B, carry_dim])."""
+    mb = jax.tree.map(lambda x: jax.vmap(lambda r, i: jnp.take(r, i, axis=0))(x, idx), seqs)
+    mb = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), mb)  # [B, T, ...] and [B, carry_dim]
+    mb = {k: (v if k == "carry0" else ctx.shard.constrain(jnp.swapaxes(v, 0, 1), None, "data")) for k, v in mb.items()}
+    return {**mb, "carry0": ctx.shard.constrain(mb["carry0"], "data"), "obs": ctx.storage.from_gather(mb["obs"])}
+
+
 def ppo_update_apply(ctx: PPOContext, key, train_state, batch, state, hyper=None):
     hyper = ctx.hyper if hyper is None else hyper
     grad_fn = jax.value_and_grad(partial(ppo_loss, ctx), has_aux=True)
-    rowed = {k: to_rows(ctx, batch[k]) for k in TRAIN_KEYS + TEACHER_KEYS if k in batch}
-    rowed["obs"] = ctx.storage.to_gather(rowed["obs"])
+    if nets.is_recurrent(ctx.network):
+        keys = TRAIN_KEYS + TEACHER_KEYS + SEQUENCE_KEYS
+        data = {k: to_sequences(ctx, batch[k]) for k in keys if k in batch}
+        data["carry0"] = carries_to_rows(ctx, batch["carry0"])
+        gather = partial(sequence_minibatch, ctx)
+        order = partial(epoch_order, ctx, rows=ctx.num_envs // ctx.shard.num_devices)
+    else:
+        data = {k: to_rows(ctx, batch[k]) for k in TRAIN_KEYS + TEACHER_KEYS if k in batch}
+        gather, order = partial(minibatch, ctx), partial(epoch_order, ctx)
+    data["obs"] = ctx.storage.to_gather(data["obs"])
 
     def minibatch_step(train_state, idx):
-        (_, stats), grads = grad_fn(train_state.params, minibatch(ctx, rowed, idx), hyper)
+        (_, stats), grads = grad_fn(train_state.params, gather(data, idx), hyper)
         grads = ctx.shard.replicate(grads)
         stats["grad_norm"] = optax.tree.norm(grads)
         return train_state.apply_gradients(grads=grads), stats
 
-    epoch = lambda train_state, epoch_key: jax.lax.scan(minibatch_step, train_state, epoch_order(ctx, epoch_key))
+    epoch = lambda train_state, epoch_key: jax.lax.scan(minibatch_step, train_state, order(epoch_key))
     train_state, stats = jax.lax.scan(epoch, train_state, jax.random.split(key, ctx.update_epochs))
     return train_state, batch, state, jax.tree.map(jnp.mean, stats)
 

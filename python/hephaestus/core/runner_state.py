@@ -17,6 +17,7 @@ from flax import struct
 from flax.training.train_state import TrainState
 
 from hephaestus.config.train_config import DATA_HYPERPARAMETERS, TrainConfig
+from hephaestus.core.networks import init_params
 
 
 @struct.dataclass
@@ -77,7 +78,7 @@ def fresh_agent(network: Any, tx, pipeline: list, obs_dim: int, key: jax.Array, 
     """One agent's initial state: network and optimizer, every stage's `init`, the key it goes on with. The
     optimizer's initial learning rate and clip norm are replaced by `hyper`'s (data, not constants)."""
     key, key_net, *stage_keys = jax.random.split(key, len(pipeline) + 2)
-    params = network.init(key_net, jnp.zeros((1, obs_dim), jnp.float32))
+    params = init_params(network, key_net, obs_dim)
     train_state = with_optimizer_hyperparams(TrainState.create(apply_fn=network.apply, params=params, tx=tx),
                                              hyper["lr"], hyper["max_grad_norm"])
     stages = {s.name: s.init(k) for s, k in zip(pipeline, stage_keys)}

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 # compares the two on CartPole compares the same arithmetic; at 256 a CartPole chunk runs 5x slower (specs/speed.md).
 for _name in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0"):
     declare_env_defaults(f"gymnax:{_name}", hidden_dim=64)
+# bsuite's MemoryChain (gymnax; --env-params memory_length=N): the cue shown at the start decides the reward of the
+# last of N + 1 steps, so only a policy with memory (--recurrent gru | lstm) beats chance from N = 2 on (gymnax
+# returns each step's observation of the state *before* it, so at N = 1 the cue is still in view). Its inputs are 3
+# numbers: PureJaxRL's ppo_rnn width suffices (scripts/experiments/memory_chain.py).
+declare_env_defaults("gymnax:MemoryChain-bsuite", hidden_dim=64)
 
 
 class UnknownEnvError(ValueError):

@@ -158,7 +158,7 @@ def read_agent(params_path: str, env_override: str | None = None, seed_index: in
 
     from hephaestus.envs.adapters import with_fixed_instance
     from hephaestus.core.export import ExportError, instance_of_meta, load_params_npz, select_seed
-    from hephaestus.core.networks import NetworkSpec
+    from hephaestus.core.networks import NetworkSpec, init_params
 
     try:
         params, meta = load_params_npz(params_path)
@@ -199,7 +199,7 @@ def read_agent(params_path: str, env_override: str | None = None, seed_index: in
         meta = {**meta, "network": net.to_meta()}
     network = net.build()
     # The arrays must fit the network the metadata describes (shapes only; nothing is computed).
-    expected = jax.eval_shape(network.init, jax.random.PRNGKey(0), jnp.zeros((1, spec.obs_dim), jnp.float32))
+    expected = jax.eval_shape(lambda key: init_params(network, key, spec.obs_dim), jax.random.PRNGKey(0))
     want = {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(expected)}
     got = {jax.tree_util.keystr(k): tuple(np.shape(v)) for k, v in jax.tree_util.tree_leaves_with_path(params)}
     if want != got:
