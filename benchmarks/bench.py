@@ -72,6 +72,29 @@ def time_chunks(run_chunk, state, steps_per_chunk):
     return statistics.median(rates)
 
 
+def matmul_flops(jaxpr) -> float:
+    """Floating-point operations of every matrix product (dot_general: 2 x output size x contracted size) in a
+    traced program (a ClosedJaxpr or Jaxpr), a scan's body counted once per step of its length, each branch of a
+    cond counted (one runs), a while loop's body once. A load-independent measure of work: on a 2-core CPU the
+    small DTC world model is bound by these multiply-adds, not by per-op overhead (specs/results/dtc.md), so a
+    case's ratio of them to PPO's says what its time ratio will be on any load."""
+    import math
+
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    total = 0.0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval
+            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs.shape[d] for d in lhs_contract)
+        steps = eqn.params["length"] if eqn.primitive.name == "scan" else 1
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else (param,):
+                if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
+                    total += steps * matmul_flops(sub)
+    return total
+
+
 def case_config(env_name, num_envs, num_steps, updates_per_chunk, config_file=None, **overrides):
     """A bench_hephaestus case's TrainConfig, resolved (the agent's stages in place): what the case trains. With
     `config_file` (relative to the checkout), that file's options are the base the case's own settings override."""
@@ -84,6 +107,7 @@ def case_config(env_name, num_envs, num_steps, updates_per_chunk, config_file=No
 
 
 def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrides):
+    import jax
     import numpy as np
 
     from hephaestus.config.train_config import update_summary
@@ -105,14 +129,17 @@ def bench_hephaestus(env_name, num_envs, num_steps, updates_per_chunk, **overrid
     sps = time_chunks(lambda s: compiled(s, n), state, updates_per_chunk * config.batch_size * config.run.num_seeds)
     # The program's own buffers as XLA planned them (arguments + outputs + temporaries, aliased donations
     # counted once): what a GPU/TPU needs, without the compiler's and Python's share of the process peak.
+    # Matrix-product work per env step of the chunk as traced (its scan of `log_interval` update slots, each run)
+    flops = matmul_flops(jax.make_jaxpr(trainer.compiled_chunk)(trainer.runner_state, n)) / (
+        config.run.log_interval * config.batch_size * config.run.num_seeds)
     mem = compiled.memory_analysis()
     program_mib = (mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
                    - mem.alias_size_in_bytes) / 2**20 if mem is not None else float("nan")
-    return {"compile_s": compile_s, "steps_per_s": sps,
+    return {"compile_s": compile_s, "steps_per_s": sps, "matmul_flops_per_step": flops,
             "detail": f"setup {setup_s:.1f}s, " + (f"{config.run.num_seeds} seeds, " if config.run.num_seeds > 1 else "") +
                       f"{update_summary(config)}, hidden {config.network.hidden_dim}, "
                       f"{config.network.encoder} encoder, obs {config.network.obs_dtype}, "
-                      f"XLA buffers {program_mib:,.0f} MiB"}
+                      f"XLA buffers {program_mib:,.0f} MiB, {flops / 1e6:,.2f} MFLOP of matmuls per env step"}
 
 
 def bench_world_model_stage(env_name, num_envs, num_steps, updates_per_chunk, config_file=None, **overrides):
@@ -148,6 +175,7 @@ def bench_world_model_stage(env_name, num_envs, num_steps, updates_per_chunk, co
         compiled = jax.jit(fn).lower(*args).compile()
         return time.perf_counter() - t0, compiled
 
+    flops = matmul_flops(jax.make_jaxpr(train)(jax.random.PRNGKey(1), state, batch)) / config.batch_size
     compile_s, stage = compile_seconds(train, jax.random.PRNGKey(1), state, batch)
     hlo_lines = sum(" = " in line for line in stage.as_text().splitlines())
     keys = iter(jax.random.split(jax.random.PRNGKey(2), 1 + TIMED_RUNS))
@@ -162,8 +190,9 @@ def bench_world_model_stage(env_name, num_envs, num_steps, updates_per_chunk, co
         lambda p, h, k: dtc_agent.ensemble_novelty(model, p, batch["obs"], batch["action"], first, h, k,
                                                    dtc.aleatoric_weight, dtc.novelty_signal, batch["next_obs"]),
         state.params, state.h, jax.random.PRNGKey(5))
-    return {"compile_s": compile_s, "steps_per_s": sps,
-            "detail": f"world_model stage alone ({dtc.wm_steps(config.batch_size)} gradient steps per update); "
+    return {"compile_s": compile_s, "steps_per_s": sps, "matmul_flops_per_step": flops,
+            "detail": f"world_model stage alone ({dtc.wm_steps(config.batch_size)} gradient steps per update, "
+                      f"{flops / 1e6:,.2f} MFLOP of matmuls per env step); "
                       f"compile of one member's loss gradient {grad_s:.1f}s, of scoring a rollout {score_s:.1f}s; "
                       f"{hlo_lines:,} optimised HLO instructions"}
 
@@ -728,8 +757,11 @@ def main() -> int:
         for suffix, label in variants.items():
             other = results.get(f"{name}-{suffix}")
             if other:
+                work = ""
+                if other.get("matmul_flops_per_step") and results[name].get("matmul_flops_per_step"):
+                    work = f", {other['matmul_flops_per_step'] / results[name]['matmul_flops_per_step']:.1f}x its matmul FLOPs"
                 say(f"{name}: {label} costs {results[name]['steps_per_s'] / other['steps_per_s']:.2f}x PPO per env "
-                      f"step (compile {other['compile_s']:.1f}s vs {results[name]['compile_s']:.1f}s)")
+                      f"step{work} (compile {other['compile_s']:.1f}s vs {results[name]['compile_s']:.1f}s)")
     return 0
 
 

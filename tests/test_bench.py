@@ -210,8 +210,26 @@ def test_world_model_case_times_the_stage_of_its_chunk_case():
     result = bench.bench_world_model_stage(**tiny)
     steps = config.stages.dtc.wm_steps(config.batch_size)
     assert steps > 1
-    assert f"({steps} gradient steps per update)" in result["detail"]
+    assert f"({steps} gradient steps per update, " in result["detail"]
     assert math.isfinite(result["steps_per_s"]) and result["steps_per_s"] > 0 and result["compile_s"] > 0
+    assert result["matmul_flops_per_step"] > 0
+
+
+def test_matmul_flops_counts_every_product_a_program_runs():
+    """The bench's load-independent work measure: 2 x output x contracted size per product, a scan's body once per
+    step, a cond's branches each; elementwise work is not counted."""
+    import jax
+    import jax.numpy as jnp
+
+    bench = load_bench()
+    a, b = jnp.ones((2, 3)), jnp.ones((3, 4))
+
+    def program(a, b):
+        looped = jax.lax.scan(lambda c, _: (c, (a @ b) * 2.0), 0.0, None, length=5)[1]  # 5 x (2 x 2*4 x 3)
+        chosen = jax.lax.cond(a[0, 0] > 0, lambda: jnp.einsum("ij,jk->ik", a, b), lambda: jnp.zeros((2, 4)))
+        return looped, chosen, jnp.tanh(a)
+
+    assert bench.matmul_flops(jax.make_jaxpr(program)(a, b)) == 6 * (2 * 2 * 4 * 3)
 
 
 def test_network_cost_benchmark_times_the_network_hackmatrix_trains(capsys):
