@@ -179,9 +179,13 @@ def test_doc_commands_are_found():
     readme = (ROOT / "README.md").read_text()
     assert skip_reason("python scripts/tpu/create.py $NAME --zone $ZONE") and "scripts/tpu/" in readme
     assert not skip_reason("python scripts/train_purejaxrl.py --env jumanji:Snake-v1")
-    shipped = "python scripts/watch_agent.py checkpoints/pretrained/cartpole"
-    assert shipped in readme and _needs_run([shipped]) != (ROOT / "checkpoints/pretrained/cartpole").exists()
-    assert rewrite(shipped, ROOT, "doc-run")[1] in (str(ROOT / "checkpoints/pretrained/cartpole"), "checkpoints/doc-run")
+    shipped = "python scripts/watch_agent.py checkpoints/pretrained/hackmatrix"
+    watch_section = readme.split("## Watch an agent", 1)[1]
+    first = next(line for line in watch_section.splitlines() if line.startswith("python "))
+    assert first.startswith(shipped)  # the watch section starts with the shipped HackMatrix agent
+    assert _needs_run([shipped]) != (ROOT / "checkpoints/pretrained/hackmatrix").exists()
+    assert rewrite(shipped, ROOT, "doc-run")[1] in (str(ROOT / "checkpoints/pretrained/hackmatrix"),
+                                                    "checkpoints/doc-run")
 
 
 # One xdist group: the blocks run one after another on one worker, so the programs many of them share (the tiny

@@ -35,8 +35,8 @@ def evaluate(path, episodes, tmp_path):
     return json.loads(out.read_text())["metrics"]
 
 
-def test_the_cartpole_and_deepsea_agents_are_shipped():
-    assert {"cartpole", "deepsea-dtc"} <= set(SHIPPED)
+def test_the_hackmatrix_cartpole_and_deepsea_agents_are_shipped():
+    assert {"hackmatrix", "cartpole", "deepsea-dtc"} <= set(SHIPPED)
     for name in SHIPPED:  # tracked: a fresh clone has them (the rest of checkpoints/ is ignored)
         for path in glob.glob(os.path.join(PRETRAINED, name, "*")):
             ignored = subprocess.run(["git", "check-ignore", "--no-index", "-q", path], cwd=ROOT)
