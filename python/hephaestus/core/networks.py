@@ -504,8 +504,10 @@ def make_network(spec, config) -> ActorCritic:
 # `random_action` is the parameter-free baseline evaluate.py --random measures against.
 
 
-def is_recurrent(network: ActorCritic) -> bool:
-    return network.recurrent != "none"
+def is_recurrent(network) -> bool:
+    """Whether `network` carries a state (--recurrent gru/lstm); any other flax module (a test's bare network) is
+    feed-forward."""
+    return getattr(network, "recurrent", "none") != "none"
 
 
 def carry_dim(network: ActorCritic) -> int:
