@@ -24,12 +24,6 @@ MEMORY = ["--env", "gymnax:MemoryChain-bsuite", "--env-params", "memory_length=2
           "--log-interval", "20", "--save-interval", "20", "--final-eval-episodes", "0", "--no-wandb"]
 
 
-@pytest.fixture(autouse=True)
-def no_wandb(monkeypatch, tmp_path):
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
-
-
 @pytest.fixture(scope="module")
 def memory_run(tmp_path_factory):
     """A GRU trained 60 updates (15k env steps) on MemoryChain, checkpoints at 20, 40 and 60."""

@@ -455,6 +455,48 @@ def offline_steps_logged(wandb_dir: str, run_id: str) -> int:
     return steps + 1
 
 
+# The settings of every wandb run this package starts. silent: wandb's own banners and progress lines would
+# interleave with the console sink, which prints the lines that matter; console="off": no stdout wrapping
+# (signals, subprocess pipes).
+WANDB_SETTINGS = dict(init_timeout=30, console="off", silent=True, x_disable_stats=True, save_code=False,
+                      disable_git=True)
+
+
+def settle_wandb_mode(mode: str, directory: str, asked: bool, message=print) -> str:
+    """The mode runs logging under `directory` will use, said in one line where it is not what the user may
+    expect: an online mode whose server fails one bounded probe becomes offline (wandb's telemetry to it quieted);
+    an offline mode that `--wandb` asked for (`asked`) without a key says so."""
+    problem = wandb_online_problem() if mode == "online" else None
+    if problem:
+        message(f"wandb: {os.environ.get('WANDB_BASE_URL', 'api.wandb.ai')} {problem}; logging offline "
+                f"(upload later with `wandb sync {directory}/wandb/offline-run-*`)")
+        _quiet_wandb_telemetry()
+        return "offline"
+    if mode == "offline" and not wandb_api_key_configured() and asked:
+        message(f"wandb: no API key configured; logging offline (upload later with "
+                f"`wandb sync {directory}/wandb/offline-run-*`)")
+    return mode
+
+
+def init_wandb_run(mode: str, message=print, settings: dict | None = None, **kwargs):
+    """(run, mode): `wandb.init(**kwargs)` in `mode` with WANDB_SETTINGS (and `settings` over them), every metric on
+    `env_steps`. An online start that fails anyway goes offline, in one line, and training goes on."""
+    import wandb
+
+    settings = wandb.Settings(**{**WANDB_SETTINGS, **(settings or {})})
+    try:
+        run = wandb.init(mode=mode, settings=settings, **kwargs)
+    except Exception as err:  # noqa: BLE001 - any failure to reach the server: go offline, keep training
+        if mode != "online":
+            raise
+        message(f"wandb: could not start an online run ({type(err).__name__}); logging offline instead")
+        mode = "offline"
+        run = wandb.init(mode="offline", settings=settings, **kwargs)
+    run.define_metric(STEP_METRIC)
+    run.define_metric("*", step_metric=STEP_METRIC)
+    return run, mode
+
+
 class WandbSink:
     """Logs each record against `env_steps` (define_metric). The run id is stored in the run folder and
     `resume="allow"`, so a resumed run continues the same wandb run; records up to update `skip_until` (already
@@ -473,34 +515,13 @@ class WandbSink:
         self.run_id = stored_wandb_run_id(run_dir, config.run.run_name)
         directory = os.environ.get("WANDB_DIR") or run_dir
         os.makedirs(directory, exist_ok=True)
-        problem = wandb_online_problem() if mode == "online" else None
-        if problem:
-            message(f"wandb: {os.environ.get('WANDB_BASE_URL', 'api.wandb.ai')} {problem}; logging offline "
-                    f"(upload later with `wandb sync {directory}/wandb/offline-run-*`)")
-            mode = "offline"
-            _quiet_wandb_telemetry()
-        elif mode == "offline" and not wandb_api_key_configured() and config.logging.wandb:
-            message(f"wandb: no API key configured; logging offline (upload later with "
-                    f"`wandb sync {directory}/wandb/offline-run-*`)")
+        mode = settle_wandb_mode(mode, directory, bool(config.logging.wandb), message)
         first_step = offline_steps_logged(directory, self.run_id) if mode == "offline" else 0
         tags = [config.env.name, config.agent] + ([f"{config.run.num_seeds}-seeds"] if config.run.num_seeds > 1 else [])
         kwargs = dict(project=config.logging.wandb_project, entity=config.logging.wandb_entity or None,
                       name=config.run.run_name, id=self.run_id, resume="allow", config=logged_config(config),
                       dir=directory, group=config.logging.wandb_group or None, tags=tags)
-        # silent: wandb's own banners and progress lines would interleave with the console sink; this sink
-        # prints the lines that matter. console="off": no stdout wrapping (signals, subprocess pipes).
-        settings = dict(init_timeout=30, console="off", silent=True, x_disable_stats=True, save_code=False,
-                        disable_git=True)
-        try:
-            self.run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)
-        except Exception as err:  # noqa: BLE001 - any failure to reach the server: go offline, keep training
-            if mode != "online":
-                raise
-            message(f"wandb: could not start an online run ({type(err).__name__}); logging offline instead")
-            mode = "offline"
-            self.run = wandb.init(mode="offline", settings=wandb.Settings(**settings), **kwargs)
-        self.run.define_metric(STEP_METRIC)
-        self.run.define_metric("*", step_metric=STEP_METRIC)
+        self.run, mode = init_wandb_run(mode, message, **kwargs)
         # wandb's own step (the history row), explicit: an online resume continues the server's count
         # (run.step), an offline one the count of the earlier offline sessions of this run.
         self.step = max(int(getattr(self.run, "step", 0) or 0), first_step if mode == "offline" else 0)

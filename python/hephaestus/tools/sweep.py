@@ -185,7 +185,7 @@ def point_label(point: dict) -> str:
 
 
 def run_group(base: TrainConfig, group: Group, seeds: int, out_dir: str, message=print,
-              wandb: tuple[str, str] | None = None) -> list[dict]:
+              wandb: "SweepWandb | None" = None) -> list[dict]:
     """Train one group's agents in one program; returns per point {"point", "final": {key: [per seed]},
     "curves": {"env_steps": [...], key: [[per seed] per record]}}."""
     from hephaestus.run.watchdog import StartupWatchdog
@@ -289,28 +289,26 @@ def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog
     sink = JsonlSink(path)
     message(f"{group.name}: {len(group.points)} point(s) x {seeds} seed(s) = {agents} agents in one program, "
             f"{config.num_updates} updates of {config.batch_size} env steps each")
-    points_sink = SweepWandbSink(config, group, seeds, wandb[1], wandb[0], out_dir, message) if wandb else None
+    points_sink = SweepWandbSink(config, group, seeds, wandb.group, wandb.mode, wandb.directory, message) \
+        if wandb else None
     try:
-        # one console line per chunk (means over all the group's agents; the table separates the points)
-        result = run(trainer, sinks=[sink, ConsoleSink()] + ([points_sink] if points_sink else []), message=message,
-                     startup=watchdog)
-    except BaseException:
-        if points_sink:
-            points_sink.close()
-        raise
-    finally:
-        sink.close()
-    records = result.records
-    save_agents(trainer, result.runner_state, group, seeds, agent_seeds, os.path.join(directory, "final_params.npz"))
-    # The final evaluation (--final-eval-episodes greedy episodes per agent, each agent with its own seed's key),
-    # written to <out>/<group>/eval.json; its eval/ keys are the table's headline.
-    try:
+        try:
+            # one console line per chunk (means over all the group's agents; the table separates the points)
+            result = run(trainer, sinks=[sink, ConsoleSink()] + ([points_sink] if points_sink else []),
+                         message=message, startup=watchdog)
+        finally:
+            sink.close()
+        save_agents(trainer, result.runner_state, group, seeds, agent_seeds,
+                    os.path.join(directory, "final_params.npz"))
+        # The final evaluation (--final-eval-episodes greedy episodes per agent, each agent with its own seed's
+        # key), written to <out>/<group>/eval.json; its eval/ keys are the table's headline.
         evaluated = final_evaluation(trainer, result.runner_state, directory, message, agent_seeds) or {}
         if points_sink:
             points_sink.summarize(evaluated)
     finally:
         if points_sink:
             points_sink.close()
+    records = result.records
     evaluated_keys = [k for k in evaluated.get("per_seed", evaluated) if k.startswith(EVAL_PREFIXES)]
 
     def per_seed(record, key):
@@ -336,6 +334,25 @@ def _run_group(config, group: Group, seeds: int, out_dir: str, message, watchdog
     return out
 
 
+@dataclass(frozen=True)
+class SweepWandb:
+    """A sweep's wandb settings: the settled mode, the group of its runs, the folder wandb writes in."""
+
+    mode: str
+    group: str
+    directory: str
+
+    @classmethod
+    def settle(cls, mode: str, config: TrainConfig, out: str, message=print) -> "SweepWandb":
+        """`--group`, else the `--out` folder's name; WANDB_DIR, else `--out` (offline-run-* beside the results)."""
+        from hephaestus.core.sinks import settle_wandb_mode
+
+        directory = os.environ.get("WANDB_DIR") or out
+        os.makedirs(directory, exist_ok=True)
+        group = config.logging.wandb_group or os.path.basename(os.path.abspath(out))
+        return cls(settle_wandb_mode(mode, directory, bool(config.logging.wandb), message), group, directory)
+
+
 class SweepWandbSink:
     """wandb for a sweep: one run per point, live, in one group per sweep command (`--wandb-group`, else the
     `--out` folder's name). A point, not a seed, is a run because a point is what a sweep compares: its config
@@ -345,52 +362,39 @@ class SweepWandbSink:
     is on `env_steps` (per agent), and the final evaluation goes in each run's summary. A program that runs again
     after an interrupted sweep (--resume) logs new runs; the interrupted ones stay as wandb left them."""
 
-    def __init__(self, config: TrainConfig, group: "Group", seeds: int, sweep_group: str, mode: str, out_dir: str,
-                 message=print):
+    def __init__(self, config: TrainConfig, group: "Group", seeds: int, sweep_group: str, mode: str,
+                 directory: str, message=print):
+        """`mode`: the sweep's settled wandb mode (sinks.settle_wandb_mode), `directory`: where wandb writes."""
         import secrets
 
-        import wandb
-
-        from hephaestus.core.sinks import STEP_METRIC, logged_config, wandb_online_problem
+        from hephaestus.core.sinks import STEP_METRIC, init_wandb_run, logged_config
 
         self.seeds = seeds
         self.step_metric = STEP_METRIC
-        directory = os.environ.get("WANDB_DIR") or out_dir  # wandb/offline-run-* beside the sweep's results
-        os.makedirs(directory, exist_ok=True)
-        if mode == "online" and (problem := wandb_online_problem()):
-            message(f"wandb: {os.environ.get('WANDB_BASE_URL', 'api.wandb.ai')} {problem}; logging offline "
-                    f"(upload later with `wandb sync {directory}/wandb/offline-run-*`)")
-            mode = "offline"
-        settings = wandb.Settings(init_timeout=30, console="off", silent=True, x_disable_stats=True,
-                                  save_code=False, disable_git=True, reinit="create_new")
         attempt = secrets.token_hex(3)  # a program run again after an interruption logs runs of its own
         self.runs = []
         for point in group.points:
-            point_cfg = config.replace(**split_point(point)[1], num_seeds=seeds)
-            logged = logged_config(point_cfg)
+            logged = logged_config(config.replace(**split_point(point)[1], num_seeds=seeds))
             logged["sweep"] = {"point": point, "seeds": seeds, "program": group.name}
-            label = point_label(point) or "base"
-            run = wandb.init(mode=mode, settings=settings, project=config.logging.wandb_project,
-                             entity=config.logging.wandb_entity or None, group=sweep_group, job_type="sweep-point",
-                             name=f"{sweep_group} {label}", id=wandb_run_id_for_point(sweep_group, point, attempt),
-                             config=logged, dir=directory, tags=[config.env.name, config.agent, "sweep"])
-            run.define_metric(STEP_METRIC)
-            run.define_metric("*", step_metric=STEP_METRIC)
+            run, mode = init_wandb_run(mode, message, settings=dict(reinit="create_new"),
+                                       project=config.logging.wandb_project,
+                                       entity=config.logging.wandb_entity or None, group=sweep_group,
+                                       job_type="sweep-point", name=f"{sweep_group} {point_label(point) or 'base'}",
+                                       id=wandb_run_id_for_point(sweep_group, point, attempt), config=logged,
+                                       dir=directory, tags=[config.env.name, config.agent, "sweep"])
             self.runs.append(run)
         message(f"wandb: {len(self.runs)} {mode} run(s) in group {sweep_group}, one per point")
 
     def point_values(self, record: dict, p: int) -> dict:
         """Point p's part of a record: each per-agent statistic as the mean over its seeds (finite values) and,
         for the keys a --num-seeds run logs per seed, each seed's value."""
-        from hephaestus.core.sinks import per_seed_key
+        from hephaestus.core.sinks import loggable, per_seed_key
 
         rows = slice(p * self.seeds, (p + 1) * self.seeds)
         per_agent = record.get("per_seed")
-        out = {self.step_metric: record.get(self.step_metric, 0), "update": record.get("update", 0)}
         if not per_agent:  # one agent in all: the record is its own
-            out.update({k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-                        and k not in ("total_env_steps", "eta_seconds")})
-            return out
+            return loggable(record)
+        out = {self.step_metric: record.get(self.step_metric, 0), "update": record.get("update", 0)}
         for key, values in per_agent.items():
             mine = [float(v) for v in values[rows] if isinstance(v, (int, float)) and math.isfinite(v)]
             if mine:
@@ -604,7 +608,6 @@ def main(argv=None) -> int:
 
         asked = config_from_args(args)
         mode = wandb_mode(asked)  # the sweep's own runs (one per point); the programs inside log no run of their own
-        wandb = (mode, asked.logging.wandb_group or os.path.basename(os.path.abspath(args.out))) if mode else None
         base = asked.replace(wandb=False)  # unresolved: each point settles its own autos
         resolve(base)
         for point in points:  # every point valid before anything compiles
@@ -626,6 +629,7 @@ def main(argv=None) -> int:
             remove_earlier_sweep(args.out, earlier)
             print(f"sweep: --overwrite: removed the earlier sweep in {args.out} ({', '.join(earlier)})", flush=True)
         os.makedirs(args.out, exist_ok=True)
+        wandb = SweepWandb.settle(mode, asked, args.out) if mode else None  # one server probe for the whole sweep
         for group in groups:
             settings = group_settings(group_config(base, group, args.seeds), group, args.seeds)
             kept = kept_group_result(args.out, group, settings) if args.resume_sweep else None
