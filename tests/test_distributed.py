@@ -57,6 +57,17 @@ def test_sharded_run_matches_single_device_and_keeps_env_data_on_its_device():
     # update (measured 7e-4 after 2 updates of 2 x 2 minibatches). Not run here: two more compiles.
 
 
+def test_a_recurrent_policy_on_eight_devices_splits_its_carries_with_the_envs_and_matches_one_device():
+    r = scenario("recurrent")
+    # --recurrent gru: each env's policy state follows its env onto that env's device, before and after a chunk.
+    for name in ("carry", "carry_after_chunk"):
+        assert r[name]["spec"] == "P('data',)" and r[name]["shard_rows"] == [TINY["num_envs"] // DEVICES] * DEVICES, r
+    # One full-batch minibatch of whole sequences per update: the same rollout and the same mean gradient as one
+    # device, so the parameters agree up to float summation order; the cell itself trained.
+    assert r["cell_moved"] > 1e-4, r
+    assert r["full_batch_param_diff"] < 1e-5, r
+
+
 def test_sharded_cartpole_learns():
     r = scenario("learn", timeout=400)
     assert r["device_count"] == DEVICES and r["params_float32"]
@@ -276,6 +287,35 @@ def _equivalence() -> dict:
     return out
 
 
+def _recurrent() -> dict:
+    import jax
+
+    from hephaestus.core.ppo import make_train
+
+    def layout(x):
+        return {"spec": str(x.sharding.spec), "shard_rows": [s.data.shape[0] for s in x.addressable_shards]}
+
+    base = _full_batch_config().replace(recurrent="gru")
+    trainer = make_train(base.replace(num_devices=DEVICES))
+    out = {"carry": layout(jax.tree.leaves(trainer.runner_state.stages["rollout"].carry)[0])}
+    cell_before = _cell_vector(trainer.runner_state)
+    runner8, _ = trainer.train_chunk(trainer.runner_state, 4)
+    out["carry_after_chunk"] = layout(jax.tree.leaves(runner8.stages["rollout"].carry)[0])
+    out["cell_moved"] = float(np.abs(_cell_vector(runner8) - cell_before).max())
+    _, runner1, _ = _train(base.replace(num_devices=1), 4)
+    out["full_batch_param_diff"] = float(np.abs(_params_vector(runner1) - _params_vector(runner8)).max())
+    return out
+
+
+def _cell_vector(runner):
+    import jax
+
+    cells = [x for path, x in jax.tree_util.tree_leaves_with_path(jax.device_get(runner.train_state.params))
+             if "cell" in jax.tree_util.keystr(path).lower()]
+    assert cells, "no recurrent cell in the parameters"
+    return np.concatenate([np.ravel(x) for x in cells])
+
+
 def _seeds() -> dict:
     import jax
 
@@ -399,5 +439,5 @@ def _learn() -> dict:
 
 if __name__ == "__main__":
     scenarios = {"equivalence": _equivalence, "learn": _learn, "multihost": _multihost, "seeds": _seeds,
-                 "partition": _partition, "dreamer": _dreamer}
+                 "partition": _partition, "dreamer": _dreamer, "recurrent": _recurrent}
     print(json.dumps(scenarios[sys.argv[1]](*sys.argv[2:])))
