@@ -1,5 +1,6 @@
 """Every command the docs show runs: each ```bash block of README.md and specs/ (result pages included) is parsed, its
-`python scripts/...` commands are run in order at a tiny budget in a fresh folder, and a non-zero exit fails.
+`python scripts/...` commands are run in order at a tiny budget in a fresh folder (in this process, as Python runs a
+script: `_run`), and a non-zero exit fails.
 
 Nothing is listed by hand: a command added to the docs is tested the next time the suite runs. The rules
 below are the only exceptions and rewrites; each says why.
@@ -33,13 +34,17 @@ Like every test, the commands compile with LLVM at -O0 (tests/conftest.py): they
 its speed.
 """
 
+import contextlib
 import functools
+import io
 import os
 import re
+import runpy
 import shlex
-import subprocess
 import sys
+import traceback
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -108,9 +113,41 @@ def doc_blocks():
     return params
 
 
+class Result(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 def _run(argv, cwd):
-    return subprocess.run([sys.executable, *argv], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "WANDB_MODE": "disabled"})
+    """`python SCRIPT ARGS...` in `cwd`, run in this process as Python runs a script (runpy, `__name__` ==
+    "__main__", sys.argv set): the exit code and what it printed. In-process, not a subprocess: each command
+    would otherwise pay a Python and jax start of its own (about 100 s of the suite over the docs' commands), and
+    programs the commands share (the tiny runs' chunks) are traced and compiled once."""
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    saved_argv, saved_cwd, saved_mode = sys.argv, os.getcwd(), os.environ.get("WANDB_MODE")
+    sys.argv = [str(a) for a in argv]
+    os.environ["WANDB_MODE"] = "disabled"
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(str(argv[0]), run_name="__main__")
+            except SystemExit as stop:
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+                if isinstance(stop.code, str):
+                    err.write(stop.code + "\n")
+            except Exception:  # a traceback fails the command, as Python's exit code 1 would
+                err.write(traceback.format_exc())
+                code = 1
+    finally:
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        if saved_mode is None:
+            os.environ.pop("WANDB_MODE", None)
+        else:
+            os.environ["WANDB_MODE"] = saved_mode
+    return Result(code, out.getvalue(), err.getvalue())
 
 
 @functools.lru_cache(maxsize=None)
