@@ -9,22 +9,22 @@
   elemental emitter (`--xla_cpu_use_fusion_emitters=false`): the HackMatrix step, most of the suite's compile
   time, compiles in 11-12 s of CPU instead of 17 at -O0. With it, gymnax's lighter import
   (envs/gymnax_import.py) and a smaller `dreamer_cartpole.py --quick`, the suite on the AVX2 machine (a fresh clone's
-  `.ci/run`, alone) fell from 1,503 s on the clock and 2,778 s of CPU to 939 s and 1,723 s. (The old
-  emitter's programs run slower - CartPole's chunk 87k against ~150k env steps/s, specs/speed.md - so only tests
+  `.ci/run`, alone) takes 939 s on the clock and 1,723 s of CPU, against 1,503 s and 2,778 s without the three. (The
+  old emitter's programs run slower - CartPole's chunk 87k against ~150k env steps/s, specs/speed.md - so only tests
   use it.) Results change only in the last bits of floating point (a different instruction order), which no
   test may depend on; speed is measured by scripts/bench.py, which compiles as users do.
 * A module whose tests share something costly to build (a module-scoped fixture, a cached compiled rollout) is one
   xdist group (`pytestmark = pytest.mark.xdist_group(...)`, run by one worker, `--dist loadgroup`): split over the
-  two workers, each built it (a profile of 28 Nov, the machine shared: test_watch's and test_dtc's module fixtures
-  set up a second time on the other worker, 29 s and 24 s). Measured alone on the AVX2 machine (a fresh clone's
-  `.ci/run`), the groups, matplotlib's stand-in (envs/gymnax_import.py) and one HackMatrix test folded into
-  another took the suite from 939 s and 1,723 s of CPU to 929 s and 1,709 s: within run-to-run noise.
+  two workers, each built it (a profile on the shared machine: test_watch's and test_dtc's module fixtures set up a
+  second time on the other worker, 29 s and 24 s). Measured alone on the AVX2 machine (a fresh clone's `.ci/run`),
+  the groups, matplotlib's stand-in (envs/gymnax_import.py) and one HackMatrix test folded into another take the
+  suite 929 s and 1,709 s of CPU against 939 s and 1,723 s without them: within run-to-run noise.
   The HackMatrix rule and rollout tests (and the README's HackMatrix example, tests/test_readme.py) are one group,
   "hackmatrix": a batched or unbatched HackMatrix step compiles for 12-20 s of CPU, and split over two workers the
   shared step (hm_helpers.step), the random rollout and the unbatched env.step were each compiled twice, by two
   workers at once, or once per module. With that group, and dreamer_cartpole.py's open-loop check reading the
   run's stored fresh-agent program (its --quick trains 1024 steps), a fresh clone's `.ci/run` alone on the AVX2
-  machine fell from 920 s on the clock and 1,678 s of CPU to 751 s and 1,363 s.
+  machine takes 751 s on the clock and 1,363 s of CPU, against 920 s and 1,678 s without them.
 """
 
 import os
