@@ -21,10 +21,10 @@ PRETRAINED = os.path.join(ROOT, "checkpoints", "pretrained")
 SHIPPED = sorted(os.path.basename(d) for d in glob.glob(os.path.join(PRETRAINED, "*")) if os.path.isdir(d))
 
 # What each shipped agent must do in greedy games: (episodes, the eval/ key, its least value). The HackMatrix
-# claim of the results table (stage 1 cleared in >= 90% of 1000 games) is checked here on 200 games at >= 85%.
+# claim of the results table (stage 1 cleared in >= 90% of 1000 games) is checked here on 100 games at >= 85%.
 CLAIMS = {"cartpole": (20, "eval/return_mean", 475.0),
           "deepsea-dtc": (20, "eval/treasure_rate", 1.0),
-          "hackmatrix": (200, "eval/stage_reached>=2", 0.85)}
+          "hackmatrix": (100, "eval/stage_reached>=2", 0.85)}
 
 
 def evaluate(path, episodes, tmp_path):
