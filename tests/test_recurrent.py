@@ -115,3 +115,21 @@ def test_what_does_not_combine_is_a_one_line_error(flags, needle, capsys):
     code = main("--env", "gymnax:CartPole-v1", "--recurrent", "gru", "--no-wandb", *flags)
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(err) == 1 and needle in err[0], err
+
+
+def test_a_bonus_stage_trains_beside_a_recurrent_policy(tmp_path):
+    """--agent rnd --recurrent gru: the bonus stage scores the rollout the recurrent policy played, its reward reaches
+    the update, and the exported agent carries its cell."""
+    import json
+
+    import hephaestus
+
+    code = main("--env", "gymnax:CartPole-v1", "--agent", "rnd", "--recurrent", "gru", "--num-envs", "4",
+                "--num-steps", "16", "--total-timesteps", "256", "--num-minibatches", "2", "--update-epochs", "1",
+                "--hidden-dim", "16", "--num-layers", "1", "--final-eval-episodes", "0", "--no-wandb",
+                "--run-name", "rnd-gru", "--checkpoint-dir", str(tmp_path))
+    assert code == 0
+    last = json.loads((tmp_path / "rnd-gru" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["rnd/intrinsic_reward"] > 0 and 0 < last["rnd/intrinsic_share"] < 1, last
+    agent = hephaestus.load_agent(tmp_path / "rnd-gru" / "final_params.npz")
+    assert agent.recurrent
