@@ -194,3 +194,23 @@ def test_undo_after_exit_quick_run_writes_its_table_and_bad_input_is_one_line(un
         with pytest.raises(SystemExit) as exit_info:
             script.main([str(path), *bad_args])
         assert exit_info.value.code == 2 and said in capsys.readouterr().err
+
+
+SEARCH = os.path.join(ROOT, "scripts", "experiments", "hackmatrix_search.py")
+
+
+def test_search_quick_plays_both_searches_with_the_shipped_agent_and_bad_input_is_one_line(tmp_path, capsys):
+    search = load_script(SEARCH, "hackmatrix_search")
+    assert search.main(["--quick", "--out", str(tmp_path / "s")]) == 0  # the shipped agent by default
+    rows = json.loads((tmp_path / "s" / "results.json").read_text())["rows"]
+    assert [(r["simulations"], r["rollout_depth"]) for r in rows] == [(2, 0), (1, 2)]  # mctx's tree, then rollouts
+    for r in rows:
+        assert r["games"] == 2 and 1 <= r["moves_mean"] <= 20
+        assert all(0.0 <= r[k] <= 1.0 for k in ("stage1_cleared", "stage4_reached", "program_played", "siphon_used"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        search.main(["--games", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "--games" in err[0]
+    with pytest.raises(SystemExit, match="plays 'gymnax:CartPole-v1', not hackmatrix"):
+        search.main(["--agent", os.path.join(ROOT, "checkpoints", "pretrained", "cartpole"), "--quick"])

@@ -29,6 +29,8 @@ import os
 import sys
 import time
 
+SHIPPED_AGENT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                             "checkpoints", "pretrained", "hackmatrix")
 GAME_PARAMS = {"undo_across_stages": 0, "curriculum_share": 0.0}  # the rules' games, quirk off, from stage 1
 
 
@@ -37,8 +39,9 @@ def parse(argv=None):
 
     p = OneLineParser(description=__doc__.split("\n\n")[0],
                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--agent", default="checkpoints/pretrained/hackmatrix",
-                   help="a HackMatrix agent: parameter file or run folder (default: the shipped agent)")
+    p.add_argument("--agent", default=SHIPPED_AGENT,
+                   help="a HackMatrix agent: parameter file or run folder (default: this checkout's shipped agent, "
+                        "checkpoints/pretrained/hackmatrix)")
     p.add_argument("--games", type=int, default=200, help="games per row, played side by side (default 200)")
     p.add_argument("--simulations", type=int, nargs="+", default=[0, 8, 32],
                    help="search simulations per move, one row each; 0 = the agent's greedy play (default 0 8 32)")
