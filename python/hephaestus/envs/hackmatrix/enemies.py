@@ -140,8 +140,11 @@ def enemy_phase(state, sd):
         src = pf.bit(st.player_pos)
         src_ng = (jnp.where(pf.test_bit(blocks, st.player_pos), _U(0), src[0]),
                   jnp.where(pf.test_bit(blocks, st.player_pos), _U(0), src[1]))
-        dist2 = jnp.stack([pf.bfs_layers_dist(src_ng, pf.b_not(blocks)),
-                           pf.bfs_layers_dist(src, pf.full())])
+        # a glitch's distances ignore blocks (R65): on the open 6x6 board they are the Manhattan distances
+        # from the player's cell, so only the other enemies' need a search
+        manhattan = (jnp.abs(jnp.asarray(CELL_ROW) - st.player_pos // 6)
+                     + jnp.abs(jnp.asarray(CELL_COL) - st.player_pos % 6)).astype(i32)
+        dist2 = jnp.stack([pf.bfs_layers_dist(src_ng, pf.b_not(blocks)), manhattan])
         # the two sub-steps share one loop body (half the program to compile); only what they
         # change is carried
         def substep(s, carry):
