@@ -15,8 +15,8 @@ import time
 import jax
 import jax.numpy as jnp
 
-from hephaestus.envs.hackmatrix import enemies as en, env as hm_env, pathfinding as pf, rng, step as hm_step
-from hephaestus.envs.hackmatrix.constants import BLOCK, MAX_ENTITIES
+from hephaestus.envs.hackmatrix import enemies as en, env as hm_env, rng, step as hm_step
+from hephaestus.envs.hackmatrix.constants import MAX_ENTITIES
 from hephaestus.envs.hackmatrix.generate import place_transmissions
 from hephaestus.envs.hackmatrix.history import push_pop
 from hephaestus.envs.hackmatrix.observe import action_mask, observation
@@ -39,22 +39,10 @@ def count_ops(lowered):
 
 
 def enemy_moves(st, sd):
-    """E1-E3 of the enemy phase: hatch, the two sub-steps' moves and attacks with their shortest paths."""
+    """E1-E3 of the enemy phase: the turn, hatching, the two sub-steps' moves and attacks with their shortest
+    paths."""
     k0, k1 = (rng.hash32(sd ^ rng.U(c)) for c in (0x1111, 0x2222))
-    st = en.hatch(st.replace(turn=st.turn + 1))
-    blocks = pf.pack(st.content == BLOCK)
-    src = pf.bit(st.player_pos)
-    on_block = pf.test_bit(blocks, st.player_pos)
-    src_ng = (jnp.where(on_block, rng.U(0), src[0]), jnp.where(on_block, rng.U(0), src[1]))
-    dist2 = jnp.stack([pf.bfs_layers_dist(src_ng, pf.b_not(blocks)), pf.bfs_layers_dist(src, pf.full())])
-
-    def substep(s, carry):
-        pos, hp, attacked = carry
-        moved, attacked = en._substep(st.replace(ent_pos=pos, hp=hp), jnp.where(s == 0, k0, k1), s, attacked,
-                                      blocks, dist2)
-        return moved.ent_pos, moved.hp, attacked
-
-    return jax.lax.fori_loop(0, 2, substep, (st.ent_pos, st.hp, jnp.zeros(MAX_ENTITIES, bool)))
+    return en.move_enemies(en.hatch(st.replace(turn=st.turn + 1)), k0, k1)
 
 
 def spawns(st, sd):
@@ -111,7 +99,7 @@ def main():
         "UNDO snapshot push/pop": (lambda s, a: push_pop(s, a < 4, a == 14), (st, act)),
         "observation": (observation, (st,)),
         "action mask": (action_mask, (st,)),
-        "exit distance (reward)": (hm_step.exit_dist, (st,)),
+        "exit distances (reward, before and after)": (lambda s: hm_step.exit_dists(s, s), (st,)),
         "step seeds (threefry)": (lambda k: rng.seeds(k, 3), (step_keys,)),
     }
     wanted = [a for a in args.areas.split(",") if a]
