@@ -108,27 +108,6 @@ def _hfill(x, m):
     return (y | z) & m
 
 
-def unrolled_while(cond, body, init, times):
-    """``lax.while_loop(cond, body, init)`` with ``times`` steps of ``body`` per iteration, each after the first
-    kept only where ``cond`` still holds: the same result, and a batched loop (vmap) runs about ``times`` times
-    fewer iterations. Each iteration of a loop under vmap costs the CPU a fixed overhead (its condition reduced
-    over the batch, its carry selected) far above the bitboard work of one BFS layer, and the enemy phase runs one
-    such search per enemy move."""
-    def multi(c):
-        c = body(c)                                   # ``cond`` held on entry
-        for _ in range(times - 1):
-            ok = cond(c)
-            c = jax.tree.map(lambda a, b: jnp.where(ok, a, b), body(c), c)
-        return c
-
-    return jax.lax.while_loop(cond, multi, init)
-
-
-# Layers per loop iteration of the searches below (unrolled_while). Most searches on a 6x6 board end within a
-# few layers, so a few per iteration cut the iterations of a batch, whose longest search sets their number.
-LAYERS_PER_ITERATION = 4
-
-
 def bfs_layers_dist(source, passable, max_iter=35):
     """int32[36] BFS distance from the cells of ``source`` through ``passable``; 99 if unreached."""
     dist0 = jnp.where(unpack(source), 0, 99).astype(jnp.int32)
@@ -143,7 +122,7 @@ def bfs_layers_dist(source, passable, max_iter=35):
         dist = jnp.where(unpack(nxt), k + 1, dist)
         return k + 1, nxt, b_or(vis, nxt), dist
 
-    _, _, _, dist = unrolled_while(cond, body, (jnp.int32(0), source, source, dist0), LAYERS_PER_ITERATION)
+    _, _, _, dist = jax.lax.while_loop(cond, body, (jnp.int32(0), source, source, dist0))
     return dist
 
 
@@ -169,7 +148,7 @@ def first_step_bfs(player, enemy_pos, passable):
         nxt = b_andnot(b_and(dilate(front), passable), vis)
         return nxt, b_or(vis, nxt)
 
-    front, _ = unrolled_while(cond, body, (player, player), LAYERS_PER_ITERATION)
+    front, _ = jax.lax.while_loop(cond, body, (player, player))
     hit = b_and(front, nb_mask)
     choice = jnp.int32(-1)
     for d in (3, 2, 1, 0):
@@ -194,7 +173,7 @@ def exit_distance(start, target, blocks):
         nxt = b_andnot(b_and(dilate(front), passable), vis)
         return k + 1, nxt, b_or(vis, nxt), b_any(b_and(nxt, tb))
 
-    k, _, _, found = unrolled_while(cond, body, (jnp.int32(0), sb, sb, start == target), LAYERS_PER_ITERATION)
+    k, _, _, found = jax.lax.while_loop(cond, body, (jnp.int32(0), sb, sb, start == target))
     return jnp.where(found & (start != target), k, 0).astype(jnp.int32)
 
 
