@@ -8,6 +8,7 @@ after compile) and peak memory. Each case runs in its own process so its peak me
     python scripts/bench.py --device-check --out device-check.txt   # a GPU/TPU session's check, under 8 minutes
     python scripts/bench.py --reference-dir ~/purejaxrl/purejaxrl --reference-python ~/pjr-venv/bin/python
     python scripts/bench.py --port-dir ~/HackMatrix/python --cases hackmatrix-ppo-2048x128,hackmatrix-ppo-2048x128-port
+    python scripts/bench.py --cases hackmatrix-random-2048 --baseline main   # this checkout against main's package
 
 --reference-dir DIR (a folder holding PureJaxRL's own, unmodified ppo.py and wrappers.py) adds the case
 cartpole-4x128-purejaxrl and, with no --cases, runs the comparison a PureJaxRL user makes: our training script
@@ -640,6 +641,9 @@ def main() -> int:
     p.add_argument("--out", metavar="FILE", help="also append the printed lines to FILE (written as each case ends)")
     p.add_argument("--case-timeout", type=float, default=None, metavar="S",
                    help="report a case that runs longer than S seconds as timed out and go on")
+    p.add_argument("--baseline", metavar="REV", help="also run every case on the package as git revision REV "
+                   "has it (its python/ folder, exported to a temporary folder), each case right after this "
+                   "checkout's, and print this checkout's env steps/s and compile as ratios to it")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--devices-worker", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -717,20 +721,35 @@ def main() -> int:
     foreign = ["--reference-dir", args.reference_dir, "--reference-python", args.reference_python] \
         if args.reference_dir else []  # the workers add the same foreign cases
     foreign += ["--port-dir", args.port_dir] if args.port_dir else []
-    for name in names:
+    runs = [(name, name, None) for name in names]
+    if args.baseline:
+        base_dir = export_baseline(args.baseline)
+        if base_dir is None:
+            print(f"error: --baseline {args.baseline}: not a git revision of {ROOT} with a python/ folder",
+                  file=sys.stderr)
+            return 2
+        base_env = {**os.environ, "PYTHONPATH": os.path.join(base_dir, "python"), BASELINE_ENV: args.baseline}
+        runs = [run for name in names for run in ((name, name, None), (f"{name}@{args.baseline}", name, base_env))]
+    for shown, name, env in runs:
         try:
             out = subprocess.run([sys.executable, __file__, "--worker", name, *foreign], capture_output=True,
-                                 text=True, timeout=timeout)
+                                 text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired:
-            say(f"{name:<30} timed out after {timeout:.0f} s")
+            say(f"{shown:<30} timed out after {timeout:.0f} s")
             continue
         line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
         if out.returncode or line is None:
             last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-            say(f"{name:<30} failed: {last[:120]}")
+            say(f"{shown:<30} failed: {last[:120]}")
             continue
-        r = results[name] = json.loads(line[len("RESULT "):])
-        say(f"{name:<30} {r['compile_s']:>9.1f} {r['steps_per_s']:>12,.0f} {r['peak_mib']:>9,.0f}  {r['detail']}")
+        r = results[shown] = json.loads(line[len("RESULT "):])
+        say(f"{shown:<30} {r['compile_s']:>9.1f} {r['steps_per_s']:>12,.0f} {r['peak_mib']:>9,.0f}  {r['detail']}")
+    for name in names if args.baseline else ():
+        ours, base = results.get(name), results.get(f"{name}@{args.baseline}")
+        if ours and base:
+            say(f"{name}: this checkout / {args.baseline} = {ours['steps_per_s'] / base['steps_per_s']:.2f}x env "
+                f"steps/s, compile {ours['compile_s']:.1f} s vs {base['compile_s']:.1f} s "
+                f"({ours['compile_s'] / base['compile_s']:.2f}x)")
     for name in names:
         whole = results.get(name[:-len("-wm")]) if name.endswith("-wm") else None
         if name in results and whole:  # the world_model stage's share of its DTC chunk
@@ -765,6 +784,23 @@ def main() -> int:
     return 0
 
 
+# Set in the workers of --baseline, whose `import hephaestus` is the baseline's exported package, not this checkout's.
+BASELINE_ENV = "HEPHAESTUS_BENCH_BASELINE"
+
+
+def export_baseline(rev: str) -> str | None:
+    """A temporary folder holding git revision ``rev``'s python/ folder (None if there is no such revision)."""
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="bench-baseline-")
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "python"], capture_output=True)
+    if archive.returncode:
+        return None
+    subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+    return folder
+
+
 if __name__ == "__main__":
-    require_this_checkout(__file__)
+    if not os.environ.get(BASELINE_ENV):
+        require_this_checkout(__file__)
     sys.exit(main())

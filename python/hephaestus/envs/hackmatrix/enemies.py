@@ -127,6 +127,29 @@ def _substep(state, key, s, attacked, blocks, dist2):
     return state.replace(ent_pos=pos, hp=hp), attacked
 
 
+def move_enemies(st, k0, k1):
+    """E3: the two sub-steps of moves and attacks (R54-R67), with sub-step seeds ``k0`` and ``k1``."""
+    blocks = pf.pack(st.content == BLOCK)
+    src = pf.bit(st.player_pos)
+    src_ng = (jnp.where(pf.test_bit(blocks, st.player_pos), _U(0), src[0]),
+              jnp.where(pf.test_bit(blocks, st.player_pos), _U(0), src[1]))
+    # a glitch's distances ignore blocks (R65): on the open 6x6 board they are the Manhattan distances from the
+    # player's cell, so only the other enemies' need a search
+    manhattan = (jnp.abs(jnp.asarray(CELL_ROW) - st.player_pos // 6)
+                 + jnp.abs(jnp.asarray(CELL_COL) - st.player_pos % 6)).astype(i32)
+    dist2 = jnp.stack([pf.bfs_layers_dist(src_ng, pf.b_not(blocks)), manhattan])
+
+    # the two sub-steps share one loop body (half the program to compile); only what they change is carried
+    def substep(s, carry):
+        pos, hp, attacked = carry
+        sub_key = jnp.where(s == 0, k0, k1)
+        moved, attacked = _substep(st.replace(ent_pos=pos, hp=hp), sub_key, s, attacked, blocks, dist2)
+        return moved.ent_pos, moved.hp, attacked
+
+    pos, hp, _ = jax.lax.fori_loop(0, 2, substep, (st.ent_pos, st.hp, jnp.zeros(MAX_ENTITIES, bool)))
+    return st.replace(ent_pos=pos, hp=hp)
+
+
 def enemy_phase(state, sd):
     """R52 E0-E6, random draws from the uint32 seed ``sd`` (rng.py). Returns (state, n_dropped_transmissions,
     ran): ``ran`` is False when STEP skipped the phase (R53); the caller pushes the E7 snapshot when it is True."""
@@ -135,23 +158,7 @@ def enemy_phase(state, sd):
 
     def run(st):
         st = st.replace(turn=st.turn + 1)                       # E1
-        st = hatch(st)                                          # E2
-        blocks = pf.pack(st.content == BLOCK)                   # E3
-        src = pf.bit(st.player_pos)
-        src_ng = (jnp.where(pf.test_bit(blocks, st.player_pos), _U(0), src[0]),
-                  jnp.where(pf.test_bit(blocks, st.player_pos), _U(0), src[1]))
-        dist2 = jnp.stack([pf.bfs_layers_dist(src_ng, pf.b_not(blocks)),
-                           pf.bfs_layers_dist(src, pf.full())])
-        # the two sub-steps share one loop body (half the program to compile); only what they
-        # change is carried
-        def substep(s, carry):
-            pos, hp, attacked = carry
-            sub_key = jnp.where(s == 0, k0, k1)
-            moved, attacked = _substep(st.replace(ent_pos=pos, hp=hp), sub_key, s, attacked, blocks, dist2)
-            return moved.ent_pos, moved.hp, attacked
-
-        pos, hp, _ = jax.lax.fori_loop(0, 2, substep, (st.ent_pos, st.hp, jnp.zeros(MAX_ENTITIES, bool)))
-        st = st.replace(ent_pos=pos, hp=hp)
+        st = move_enemies(hatch(st), k0, k1)                    # E2, E3
         # E4 scheduled task (R60) and E5 siphon spawns (R50): one placement loop, the scheduled
         # transmission first, then the pending siphon spawns
         fire = ((~st.sched_disabled) & (st.turn >= st.next_sched_turn)).astype(i32)

@@ -1,4 +1,5 @@
 """One environment step (R39-R50, R68-R69) and the reward (R103-R120)."""
+import jax
 import jax.numpy as jnp
 
 from . import pathfinding as pf
@@ -25,6 +26,14 @@ def blocks_bits(state):
 
 def exit_dist(state):
     return pf.exit_distance(state.player_pos, state.exit_pos, blocks_bits(state))
+
+
+def exit_dists(before, after):
+    """(exit_dist(before), exit_dist(after)) by one search loop (a batch of two), not two."""
+    both = jax.tree.map(lambda a, b: jnp.stack([a, b]), (before.player_pos, before.exit_pos, blocks_bits(before)),
+                        (after.player_pos, after.exit_pos, blocks_bits(after)))
+    dist = jax.vmap(pf.exit_distance)(*both)
+    return dist[0], dist[1]
 
 
 # ----------------------------------------------------------------------------- move/attack
@@ -176,7 +185,6 @@ def play(state, action, key, params):
     mask = action_mask(state)
     in_range = (action >= 0) & (action < NUM_ACTIONS)
     valid = in_range & mask[jnp.clip(action, 0, NUM_ACTIONS - 1)]
-    old_dist = exit_dist(state)
     is_siphon = action == A_SIPHON
     is_program = action > A_SIPHON
     d = jnp.clip(action, 0, 3)
@@ -207,7 +215,7 @@ def play(state, action, key, params):
     # reward (§11)
     hp0, hp1 = state.hp, st.hp
     dead = hp1 == 0
-    new_dist = exit_dist(st)
+    old_dist, new_dist = exit_dists(state, st)
     delta = jnp.where(dead, 0, jnp.where(reached, old_dist, old_dist - new_dist))
     stage_idx = jnp.clip(st.stage - 2, 0, 7)
     siphon_spawn_beside = enemies_beside_player(st) & st.ent_siphon

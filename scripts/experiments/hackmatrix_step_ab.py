@@ -1,0 +1,79 @@
+"""HackMatrix's env alone, today's step against its frozen reference (tests/hackmatrix/frozen_hackmatrix), in one
+process: both random-policy chunks (masked-uniform actions, auto-reset, the bench's hackmatrix-random case) are
+compiled, then timed in alternation, so a load that drifts over minutes hits both alike. Prints each one's lower +
+compile seconds and, per round, wall and process CPU seconds per chunk; CPU seconds are the steadier figure on a
+shared machine.
+
+    PYTHONPATH=python python scripts/experiments/hackmatrix_step_ab.py --num-envs 2048 --rounds 5
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hackmatrix_step_differential import frozen_env  # noqa: E402
+
+
+def chunk_program(env, num_envs, steps):
+    params = env.default_params
+
+    def chunk(carry):
+        def one(carry, key):
+            state, mask = carry
+            k_act, k_env = jax.random.split(key)
+            action = jax.random.categorical(k_act, jnp.where(mask, 0.0, -1e9)).astype(jnp.int32)
+            obs, state, reward, _, _, _ = jax.vmap(lambda k, s, a: env.step_and_reset(k, s, a, params))(
+                jax.random.split(k_env, num_envs), state, action)
+            return (state, obs["action_mask"]), reward.sum()
+
+        (state, mask), key = carry
+        key, sub = jax.random.split(key)
+        (state, mask), rewards = jax.lax.scan(one, (state, mask), jax.random.split(sub, steps))
+        return ((state, mask), key), rewards
+
+    obs, state = jax.jit(jax.vmap(lambda k: env.reset_env(k, params)))(
+        jax.random.split(jax.random.PRNGKey(0), num_envs))
+    carry = ((state, obs["action_mask"]), jax.random.PRNGKey(1))
+    t0 = time.perf_counter()
+    compiled = jax.jit(chunk).lower(carry).compile()
+    return compiled, carry, time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--num-envs", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=32, help="steps per timed chunk")
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    from hephaestus.envs.hackmatrix import HackMatrix
+
+    progs = {}
+    for name, env in (("today", HackMatrix()), ("frozen", frozen_env())):
+        compiled, carry, secs = chunk_program(env, args.num_envs, args.steps)
+        carry, _ = jax.block_until_ready(compiled(carry))
+        progs[name] = [compiled, carry]
+        print(f"{name}: lower + compile {secs:.1f} s", flush=True)
+    times = {name: ([], []) for name in progs}
+    for r in range(args.rounds):
+        for name, prog in progs.items():
+            w, c = time.perf_counter(), time.process_time()
+            prog[1], _ = jax.block_until_ready(prog[0](prog[1]))
+            times[name][0].append(time.perf_counter() - w)
+            times[name][1].append(time.process_time() - c)
+        print(f"round {r}: " + ", ".join(f"{n} wall {t[0][-1]:.2f} s cpu {t[1][-1]:.2f} s" for n, t in times.items()),
+              flush=True)
+    steps = args.num_envs * args.steps
+    med = {n: (statistics.median(t[0]), statistics.median(t[1])) for n, t in times.items()}
+    for n, (w, c) in med.items():
+        print(f"{n}: {steps / w:,.0f} env steps/s wall, {steps / c:,.0f} per CPU second (medians)")
+    print(f"today / frozen: {med['frozen'][0] / med['today'][0]:.2f}x wall, {med['frozen'][1] / med['today'][1]:.2f}x "
+          f"CPU")
+
+
+if __name__ == "__main__":
+    main()
