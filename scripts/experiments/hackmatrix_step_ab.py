@@ -1,10 +1,10 @@
-"""HackMatrix's env alone, today's step against its frozen reference (tests/hackmatrix/frozen_hackmatrix), in one
-process: both random-policy chunks (masked-uniform actions, auto-reset, the bench's hackmatrix-random case) are
+"""HackMatrix's env alone, this checkout's step against another git revision's (`--reference REV`, exported as
+hackmatrix_step_differential.py does), in one process: both random-policy chunks (masked-uniform actions, auto-reset, the bench's hackmatrix-random case) are
 compiled, then timed in alternation, so a load that drifts over minutes hits both alike. Prints each one's lower +
 compile seconds and, per round, wall and process CPU seconds per chunk; CPU seconds are the steadier figure on a
 shared machine.
 
-    PYTHONPATH=python python scripts/experiments/hackmatrix_step_ab.py --num-envs 2048 --rounds 5
+    python scripts/experiments/hackmatrix_step_ab.py --reference ce78ab6 --num-envs 2048 --rounds 5
 """
 import argparse
 import os
@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hackmatrix_step_differential import frozen_env  # noqa: E402
+from hackmatrix_step_differential import reference_env  # noqa: E402
 
 
 def chunk_program(env, num_envs, steps):
@@ -46,14 +46,19 @@ def chunk_program(env, num_envs, steps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reference", required=True, metavar="REV", help="the git revision whose step is compared")
     ap.add_argument("--num-envs", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=32, help="steps per timed chunk")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     from hephaestus.envs.hackmatrix import HackMatrix
 
+    reference = reference_env(args.reference)
+    if reference is None:
+        print(f"error: --reference {args.reference}: not a git revision with HackMatrix's env", file=sys.stderr)
+        return 2
     progs = {}
-    for name, env in (("today", HackMatrix()), ("frozen", frozen_env())):
+    for name, env in (("today", HackMatrix()), ("reference", reference)):
         compiled, carry, secs = chunk_program(env, args.num_envs, args.steps)
         carry, _ = jax.block_until_ready(compiled(carry))
         progs[name] = [compiled, carry]
@@ -71,9 +76,10 @@ def main():
     med = {n: (statistics.median(t[0]), statistics.median(t[1])) for n, t in times.items()}
     for n, (w, c) in med.items():
         print(f"{n}: {steps / w:,.0f} env steps/s wall, {steps / c:,.0f} per CPU second (medians)")
-    print(f"today / frozen: {med['frozen'][0] / med['today'][0]:.2f}x wall, {med['frozen'][1] / med['today'][1]:.2f}x "
-          f"CPU")
+    print(f"today / reference: {med['reference'][0] / med['today'][0]:.2f}x wall, "
+          f"{med['reference'][1] / med['today'][1]:.2f}x CPU")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

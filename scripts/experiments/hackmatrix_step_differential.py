@@ -1,11 +1,12 @@
-"""HackMatrix's step against its frozen reference (tests/hackmatrix/frozen_hackmatrix: the step before it was
-rewritten for speed): both step the same games with the same keys and the same random legal actions, with the
+"""HackMatrix's step against the step of another git revision (`--reference REV`, e.g. the commit before a
+rewrite for speed): both step the same games with the same keys and the same random legal actions, with the
 auto-reset, and every output is compared to the bit at every step (observation, state, reward, terminated,
-truncated, info). Exits 1 on the first difference, naming the outputs that differ.
+truncated, info). Exits 1 on the first difference, naming the outputs that differ. The reference is the revision's
+python/hephaestus/envs/hackmatrix, exported with `git archive` and imported beside the package under another name.
 
-    PYTHONPATH=python python scripts/experiments/hackmatrix_step_differential.py --games 2048 --steps 400
+    python scripts/experiments/hackmatrix_step_differential.py --reference ce78ab6 --games 2048 --steps 400
 
-tests/hackmatrix/test_step_differential.py runs the same check at a small size.
+tests/hackmatrix/test_step_differential.py checks the rewritten parts' properties at a small size.
 """
 import argparse
 import os
@@ -18,19 +19,40 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def frozen_env():
-    sys.path.insert(0, os.path.join(ROOT, "tests", "hackmatrix"))
-    from frozen_hackmatrix import HackMatrix as Frozen
-
-    return Frozen()
+REFERENCE = "reference_hackmatrix"  # the package name the reference revision's env is imported under
 
 
-def run(num_games, num_steps, seed=0, params=None, chunk=50):
+def reference_env(rev: str):
+    """HackMatrix as git revision `rev` of this checkout has it (None if `rev` is not a revision holding it)."""
+    import importlib
+    import subprocess
+    import tarfile
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="hm-reference-")
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "python/hephaestus/envs/hackmatrix"],
+                             capture_output=True)
+    if archive.returncode:
+        return None
+    tar_path = os.path.join(folder, "env.tar")
+    with open(tar_path, "wb") as f:
+        f.write(archive.stdout)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(folder, filter="data")
+    package = os.path.join(folder, REFERENCE)
+    os.rename(os.path.join(folder, "python", "hephaestus", "envs", "hackmatrix"), package)
+    with open(os.path.join(package, "__init__.py"), "w") as f:  # the modules alone, not the package's lazy names
+        f.write("")
+    sys.path.insert(0, folder)
+    return importlib.import_module(f"{REFERENCE}.env").HackMatrix()
+
+
+def run(old, num_games, num_steps, seed=0, params=None, chunk=50):
     """Step ``num_games`` games ``num_steps`` times with both steps. Returns (steps compared, episodes ended,
     names of the outputs that differed at the first difference, or [] if none did)."""
     from hephaestus.envs.hackmatrix import HackMatrix
 
-    new, old = HackMatrix(), frozen_env()
+    new = HackMatrix()
     params = new.default_params if params is None else params
     old_state_def = jax.tree.structure(jax.eval_shape(lambda k: old.reset_env(k, params)[1], jax.random.PRNGKey(0)))
 
@@ -78,6 +100,8 @@ def run(num_games, num_steps, seed=0, params=None, chunk=50):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reference", required=True, metavar="REV",
+                    help="the git revision whose step is the reference (e.g. the commit before a rewrite)")
     ap.add_argument("--games", type=int, default=2048, help="games stepped side by side (default 2048)")
     ap.add_argument("--steps", type=int, default=400, help="steps of each (a multiple of 50; default 400)")
     ap.add_argument("--seed", type=int, default=0)
@@ -89,13 +113,18 @@ def main():
         return 2
     from hephaestus.envs.hackmatrix.state import EnvParams
 
+    old = reference_env(args.reference)
+    if old is None:
+        print(f"error: --reference {args.reference}: not a git revision of {ROOT} with HackMatrix's env",
+              file=sys.stderr)
+        return 2
     params = EnvParams(curriculum_share=args.curriculum_share)
-    steps, ended, differ = run(args.games, args.steps, args.seed, params)
+    steps, ended, differ = run(old, args.games, args.steps, args.seed, params)
     if differ:
         print(f"DIFFERENT after {steps} steps of {args.games} games: {', '.join(differ)}")
         return 1
     print(f"identical: {args.games} games x {steps} steps ({args.games * steps:,} steps, {ended:,} episodes ended "
-          f"and auto-reset; seed {args.seed}, curriculum_share {args.curriculum_share})")
+          f"and auto-reset; seed {args.seed}, curriculum_share {args.curriculum_share}; reference {args.reference})")
     return 0
 
 
