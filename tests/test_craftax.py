@@ -123,3 +123,42 @@ def test_watch_names_the_actions_and_shows_vitals_and_unlocked_achievements():
     note = present.episode_note({"collect_wood": 1.0, "place_table": 0.0, "collect_drink": 1.0})
     assert note == "2 achievements: collect_wood, collect_drink"
     assert present.episode_note({}) == "0 achievements"
+
+
+def test_only_the_envs_whose_episode_ended_get_a_new_world(monkeypatch):
+    """step_and_reset under vmap: a fresh reset (drawn with the auto-reset's key) where the episode ended, the
+    stepped state elsewhere, and the observation the episode ended on as final_observation."""
+    from typing import NamedTuple
+
+    import jax
+    import jax.numpy as jnp
+
+    from hephaestus.envs import craftax_env
+
+    class State(NamedTuple):
+        t: jax.Array
+        world: jax.Array
+        achievements: jax.Array
+
+    class Env:
+        def reset_env(self, key, limit):
+            world = jax.random.randint(key, (), 1, 1_000_000)
+            return jnp.float32(world)[None], State(jnp.int32(0), world, jnp.zeros(3, bool))
+
+        def step_env(self, key, state, action, limit):
+            s = State(state.t + 1, state.world, state.achievements.at[action].set(True))
+            return jnp.float32(s.t)[None], s, jnp.float32(1), s.t >= limit, {}
+
+    monkeypatch.setattr(craftax_env, "achievement_names", lambda env_id: ("a", "b", "c"))
+    env = craftax_env.CraftaxWithStats(Env(), "Craftax-Classic-Symbolic-v1")
+    state = State(jnp.array([0, 1, 0, 1]), jnp.array([7, 8, 9, 10]), jnp.zeros((4, 3), bool))
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    obs, new, reward, terminated, truncated, info = jax.jit(jax.vmap(env.step_and_reset, (0, 0, 0, None)))(
+        keys, state, jnp.array([0, 1, 2, 0]), 2)
+    assert terminated.tolist() == [False, True, False, True] and not truncated.any()
+    assert new.t.tolist() == [1, 0, 1, 0]
+    fresh = [int(Env().reset_env(jax.random.split(k)[1], 2)[1].world) for k in keys]
+    assert new.world.tolist() == [7, fresh[1], 9, fresh[3]]
+    assert obs[:, 0].tolist() == [1.0, fresh[1], 1.0, fresh[3]]
+    assert info["final_observation"][:, 0].tolist() == [1.0, 2.0, 1.0, 2.0]
+    assert info["episode_stats"]["b"].tolist() == [0.0, 1.0, 0.0, 0.0]  # the achievement of the ending step

@@ -16,8 +16,12 @@ changed where this script says so; ours gets the same values:
   directly (no Dense before it): ours has 1345 x 3 x 512 GRU input weights where theirs has 1345 x 512 + 3 x 512 x
   512, about 40% more multiply-adds in that layer.
 
-Both run in fresh processes (theirs with `--reference-python`, default this interpreter), one after the other per
-architecture, all seeds of a side in one vmapped program (their NUM_REPEATS, our --num-seeds). Curves are the
+Each side runs in a fresh process (theirs with `--reference-python`, default this interpreter); by default all four
+at once on a CPU (`--parallel`), one at a time with `--gpu`. Ours trains its seeds in one vmapped program
+(--num-seeds); theirs compiles its make_train once and calls it once per seed (their NUM_REPEATS vmaps the
+seeds, but run that way here, jit of vmap with their per-update callback, both their processes hung: every thread
+waiting, no CPU used for minutes, nothing printed), so their seeds run one after another at a third of our per-call
+batch. Curves are the
 training episodes' own statistics (their LogWrapper's per-update means; our episode/ metrics), both reduced the same
 way: each update's mean over the episodes that ended in it, averaged over the updates of each of `--points` equal
 stretches of the run; the score of a stretch is Crafter's score of its mean achievement success rates. Steps/s:
@@ -100,17 +104,21 @@ import numpy as np
 import jax
 module_name, config, points = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 module = __import__(module_name)
-calls = []
+calls, seed = [], [0]
 def record(update_step, log, config):
-    calls.append((int(np.asarray(update_step).ravel()[0]), time.perf_counter(), time.process_time(),
+    calls.append((seed[0], int(np.asarray(update_step).ravel()[0]), time.perf_counter(), time.process_time(),
                   {k: np.asarray(v, np.float64).tolist() for k, v in log.items()}))
+    print(f"seed {seed[0]} update {calls[-1][1] + 1}/{config['NUM_UPDATES']} return "
+          f"{calls[-1][4]['episode_return']}", flush=True)
 module.batch_log = record
 rngs = jax.random.split(jax.random.PRNGKey(config["SEED"]), config["NUM_REPEATS"])
+config["NUM_REPEATS"] = 1  # one seed per call of the compiled program (the module docstring says why)
 t0, c0 = time.perf_counter(), time.process_time()
-train = jax.jit(jax.vmap(module.make_train(config)))
-compiled = train.lower(rngs).compile()
+compiled = jax.jit(module.make_train(config)).lower(rngs[0]).compile()
 t1, c1 = time.perf_counter(), time.process_time()
-jax.block_until_ready(compiled(rngs))
+for i, key in enumerate(rngs):
+    seed[0] = i
+    jax.block_until_ready(compiled(key))
 t2 = time.perf_counter()
 print("RESULT " + json.dumps({"compile_s": t1 - t0, "compile_cpu_s": c1 - c0, "run_s": t2 - t1, "calls": calls,
                               "num_updates": config["NUM_UPDATES"], "batch": config["NUM_ENVS"] * config["NUM_STEPS"]}))
@@ -137,6 +145,7 @@ while done < updates:
                if k in ("mean_episode_return", "num_episodes") or (k.startswith("episode/") and k.endswith("_rate"))}
     n = len(metrics["num_episodes"])
     done += n
+    print(f"update {done}/{updates} in {time.perf_counter() - t:.0f} s", flush=True)
     chunks.append({"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - c, "updates": n, "metrics": {k: v.tolist() for k, v in metrics.items()}})
 print("RESULT " + json.dumps({"setup_s": t1 - t0, "chunks": chunks, "num_updates": updates,
                               "batch": options["num_envs"] * options["num_steps"]}))
@@ -184,15 +193,15 @@ def theirs_per_update(result: dict, achievements: list[str], num_seeds: int) -> 
     """Their recorded callbacks -> per update {"return": [seeds], "<achievement>": [seeds] as 0..1}."""
     import numpy as np
 
-    by_update: dict[int, list[dict]] = {}
-    for update, _, log in result["calls"]:
-        by_update.setdefault(update, []).append(log)
+    by_update: dict[int, dict[int, dict]] = {}
+    for seed, update, _, _, log in result["calls"]:
+        by_update.setdefault(update, {})[seed] = log
     rows = []
     for update in sorted(by_update):
-        logs = by_update[update]  # one call per seed, or one call with every seed's values
+        logs = [by_update[update][s] for s in sorted(by_update[update])]
 
         def values(key, scale=1.0):
-            v = np.concatenate([np.atleast_1d(np.asarray(log[key], np.float64)) for log in logs])
+            v = np.array([float(np.asarray(log[key], np.float64).ravel()[0]) for log in logs])
             return (v[:num_seeds] * scale).tolist()
 
         row = {"return": values("episode_return")}
@@ -235,13 +244,26 @@ def summarise_side(rows: list[dict], achievements: list[str], points: int, batch
 
 def start_jobs(arch: str, args, logs: str) -> dict:
     """Theirs and ours for `arch`, started at once (each in its own process)."""
-    config = their_config(arch, args.reference_dir, args.num_envs, args.total_timesteps, args.seed, args.num_seeds)
+    config = their_config(arch, args.reference_dir, args.num_envs, args.env_steps, args.seed, args.num_seeds)
     options = our_options(arch, config)
     jobs = {"theirs": Job(f"their {SCRIPTS[arch]}", THEIRS, [SCRIPTS[arch][:-3], json.dumps(config), str(args.points)],
                           args.reference_python, f"{logs}_{arch}_theirs", args.reference_dir),
             "ours": Job(f"ours ({arch})", OURS, [json.dumps(options), str(args.points)], sys.executable,
                         f"{logs}_{arch}_ours")}
     return {"arch": arch, "their_config": config, "our_options": options, "jobs": jobs}
+
+
+class Logged:
+    """A job already run (--from-logs): its RESULT line read back from its .out file."""
+
+    def __init__(self, log: str):
+        self.log, self.wall_s = log, float("nan")
+
+    def result(self) -> dict:
+        line = next((l for l in open(self.log + ".out").read().splitlines() if l.startswith("RESULT ")), None)
+        if line is None:
+            raise RuntimeError(f"{self.log}.out holds no RESULT line")
+        return json.loads(line[len("RESULT "):])
 
 
 def finish_jobs(started: dict, args) -> dict:
@@ -254,16 +276,19 @@ def finish_jobs(started: dict, args) -> dict:
     out = dict(started)
 
     theirs = jobs["theirs"].result()
-    calls = theirs["calls"]
+    # per seed: the updates after its first stretch, on the clock of its own call of the program
     first_point = max(1, theirs["num_updates"] // args.points)
-    timed = [c for c in calls if c[0] >= first_point - 1]
-    steps = (len({c[0] for c in timed}) - 1) * batch * args.num_seeds
+    steps = wall = cpu = 0.0
+    for seed in range(args.num_seeds):
+        timed = [c for c in theirs["calls"] if c[0] == seed and c[1] >= first_point - 1]
+        steps += (len(timed) - 1) * batch
+        wall += timed[-1][2] - timed[0][2]
+        cpu += timed[-1][3] - timed[0][3]
     out["theirs"] = summarise_side(theirs_per_update(theirs, achievements, args.num_seeds), achievements, args.points,
                                    batch, args.num_seeds)
     out["theirs"].update(compile_s=theirs["compile_s"], compile_cpu_s=theirs["compile_cpu_s"], run_s=theirs["run_s"],
                          wall_s=jobs["theirs"].wall_s,
-                         steps_per_s=steps / max(timed[-1][1] - timed[0][1], 1e-9),
-                         steps_per_cpu_s=steps / max(timed[-1][2] - timed[0][2], 1e-9))
+                         steps_per_s=steps / max(wall, 1e-9), steps_per_cpu_s=steps / max(cpu, 1e-9))
 
     ours = jobs["ours"].result()
     later = ours["chunks"][1:] or ours["chunks"]
@@ -283,7 +308,7 @@ def finish_jobs(started: dict, args) -> dict:
 def table(results: list[dict], args) -> list[str]:
     import numpy as np
 
-    lines = [f"Craftax-Classic-Symbolic-v1, {args.total_timesteps:.3g} env steps per seed, {args.num_envs} envs x 64 "
+    lines = [f"Craftax-Classic-Symbolic-v1, {args.env_steps:.3g} env steps per seed, {args.num_envs} envs x 64 "
              f"steps per update, {args.num_seeds} seeds (mean ± std over seeds; final = the last "
              f"1/{args.points} of training's episodes)", "",
              "| network | code | env steps/s (wall) | env steps per CPU-second | ours / theirs (CPU) | "
@@ -341,12 +366,14 @@ def build_parser():
     p.add_argument("--gpu", action="store_true",
                    help=f"their own defaults' scale: their --num_envs and --total_timesteps ({GPU_TIMESTEPS:.0e})")
     p.add_argument("--num-envs", type=int, default=None, help=f"default {CPU_NUM_ENVS} (with --gpu: theirs)")
-    p.add_argument("--total-timesteps", type=float, default=None,
+    p.add_argument("--env-steps", type=float, default=None,
                    help=f"env steps per seed (default {CPU_TIMESTEPS}; with --gpu {GPU_TIMESTEPS:.0e})")
     p.add_argument("--points", type=int, default=8, help="stretches of each curve (default 8)")
     p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="run all sides' processes at once (default: on, off with --gpu); speeds are compared per "
                         "CPU-second, which sharing the machine leaves alone, and per wall second")
+    p.add_argument("--from-logs", action="store_true",
+                   help="run nothing: read the jobs' OUT_<arch>_<side>.out files of an earlier run with these settings")
     add_seeds(p, num_seeds=3)
     return p
 
@@ -362,18 +389,24 @@ def main(argv=None) -> int:
     defaults = their_defaults(os.path.join(args.reference_dir, "ppo.py"))
     if args.num_envs is None:
         args.num_envs = defaults["NUM_ENVS"] if args.gpu else CPU_NUM_ENVS
-    if args.total_timesteps is None:
-        args.total_timesteps = GPU_TIMESTEPS if args.gpu else CPU_TIMESTEPS
-    args.total_timesteps = int(args.total_timesteps)
+    if args.env_steps is None:
+        args.env_steps = GPU_TIMESTEPS if args.gpu else CPU_TIMESTEPS
+    args.env_steps = int(args.env_steps)
     if args.parallel is None:
         args.parallel = not args.gpu
-    updates = args.total_timesteps // (args.num_envs * defaults["NUM_STEPS"])
+    updates = args.env_steps // (args.num_envs * defaults["NUM_STEPS"])
     if args.num_seeds < 1 or args.points < 1 or updates < args.points or args.num_envs % defaults["NUM_MINIBATCHES"]:
         p.error(f"need --num-seeds >= 1, --points <= updates ({updates}) and --num-envs divisible by their "
                 f"{defaults['NUM_MINIBATCHES']} minibatches")
     out = check_out(p, args.out, "craftax_baselines")
     results = []
-    if args.parallel:  # every job at once: on a shared CPU each side gets the same share of the machine
+    if args.from_logs:  # the jobs' .out files of an earlier run with the same settings
+        for arch in args.archs:
+            config = their_config(arch, args.reference_dir, args.num_envs, args.env_steps, args.seed, args.num_seeds)
+            jobs = {side: Logged(f"{out}_{arch}_{side}") for side in ("theirs", "ours")}
+            results.append(finish_jobs({"arch": arch, "their_config": config,
+                                        "our_options": our_options(arch, config), "jobs": jobs}, args))
+    elif args.parallel:  # every job at once: on a shared CPU each side gets the same share of the machine
         started = [start_jobs(arch, args, out) for arch in args.archs]
         results = [finish_jobs(s, args) for s in started]
     else:  # one side at a time (a GPU: the device to itself)

@@ -7,6 +7,12 @@ their achievements declared as episode statistics, Crafter's score, and a presen
   episode unlocked it.
 * Score (episode_stats.EpisodeScore): Crafter's score over those success rates s_i (in percent),
   exp(mean(ln(1 + s_i))) - 1, reported as `episode/score` (training) and `eval/score` (evaluation).
+* Auto-reset (`step_and_reset`, which the adapter calls instead of its own select-based reset): craftax's reset
+  generates a whole world, which costs far more than a step; gymnax-style auto-reset computes it for every env on
+  every step (under vmap a `cond` is a select). Here only the envs whose episode ended get one
+  (hackmatrix/compact.py's `compacted`: the ending lanes, packed into groups of 32, none when no episode ended),
+  with the same keys as the adapter's auto-reset. Craftax_Baselines' answer to the same cost is an "optimistic"
+  reset: one world per 16 envs, shared where more end at once.
 * Presentation: action names from craftax's `Action` enum, craftax's own pixel renderer
   (`make_craftax_pixel_renderer`, compiled once per process) for frames, a status line of the player's vitals,
   "died" for a terminated episode and the achievements unlocked as the episode's note.
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -51,6 +58,10 @@ class CraftaxWithStats:
         self.episode_scores = (EpisodeScore("score", self.achievements,
                                             doc="Crafter's score: exp(mean(ln(1 + success %))) - 1"),)
         self._presentation = None
+        from hephaestus.envs.hackmatrix.compact import compacted
+
+        # (need, base, key, params) -> a reset's (obs, state) where `need`, else `base`; under vmap only those lanes
+        self._reset_where = compacted(lambda need, key, params: env.reset_env(key, params))
 
     def __getattr__(self, name):  # everything else: the craftax env's own
         return getattr(self._env, name)
@@ -60,6 +71,18 @@ class CraftaxWithStats:
         unlocked = next_state.achievements.astype(jnp.float32)
         info = {**info, "episode_stats": {name: unlocked[i] for i, name in enumerate(self.achievements)}}
         return obs, next_state, reward, done, info
+
+    def step_and_reset(self, key, state, action, params):
+        """`step_env`, then a fresh game only where the episode ended (module docstring): gymnax's `step`
+        contract plus the split of `done` into terminated and truncated and `final_observation`, the observation
+        the episode ended on."""
+        key_step, key_reset = jax.random.split(key)  # as adapters.split_step_key
+        obs, next_state, reward, done, info = self.step_env(key_step, state, action, params)
+        truncated = jnp.asarray(self._env.is_truncated(next_state, params), bool) \
+            if hasattr(self._env, "is_truncated") else jnp.zeros_like(done, bool)
+        new_obs, new_state = self._reset_where(done, (obs, next_state), key_reset, params)
+        info = {**info, "final_observation": obs}
+        return new_obs, new_state, reward, jnp.logical_and(done, ~truncated), truncated, info
 
     @property
     def presentation(self):
