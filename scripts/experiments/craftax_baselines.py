@@ -21,8 +21,7 @@ at once on a CPU (`--parallel`), one at a time with `--gpu`. Ours trains its see
 (--num-seeds); theirs compiles its make_train once and calls it once per seed (their NUM_REPEATS vmaps the
 seeds, but run that way here, jit of vmap with their per-update callback, both their processes hung: every thread
 waiting, no CPU used for minutes, nothing printed), so their seeds run one after another at a third of our per-call
-batch. Curves are the
-training episodes' own statistics (their LogWrapper's per-update means; our episode/ metrics), both reduced the same
+batch. Curves are the training episodes' own statistics (their LogWrapper's per-update means; our episode/ metrics), both reduced the same
 way: each update's mean over the episodes that ended in it, averaged over the updates of each of `--points` equal
 stretches of the run; the score of a stretch is Crafter's score of its mean achievement success rates. Steps/s:
 env steps of all seeds per second of the run after its first point (compilation and the first stretch left out),
@@ -109,7 +108,7 @@ def record(update_step, log, config):
     calls.append((seed[0], int(np.asarray(update_step).ravel()[0]), time.perf_counter(), time.process_time(),
                   {k: np.asarray(v, np.float64).tolist() for k, v in log.items()}))
     print(f"seed {seed[0]} update {calls[-1][1] + 1}/{config['NUM_UPDATES']} return "
-          f"{calls[-1][4]['episode_return']}", flush=True)
+          f"{calls[-1][4]['episode_return']} at {calls[-1][2]:.1f} s, {calls[-1][3]:.1f} CPU-s", flush=True)
 module.batch_log = record
 rngs = jax.random.split(jax.random.PRNGKey(config["SEED"]), config["NUM_REPEATS"])
 config["NUM_REPEATS"] = 1  # one seed per call of the compiled program (the module docstring says why)
@@ -145,7 +144,7 @@ while done < updates:
                if k in ("mean_episode_return", "num_episodes") or (k.startswith("episode/") and k.endswith("_rate"))}
     n = len(metrics["num_episodes"])
     done += n
-    print(f"update {done}/{updates} in {time.perf_counter() - t:.0f} s", flush=True)
+    print(f"update {done}/{updates} in {time.perf_counter() - t:.0f} s, {time.process_time() - c:.0f} CPU-s", flush=True)
     chunks.append({"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - c, "updates": n, "metrics": {k: v.tolist() for k, v in metrics.items()}})
 print("RESULT " + json.dumps({"setup_s": t1 - t0, "chunks": chunks, "num_updates": updates,
                               "batch": options["num_envs"] * options["num_steps"]}))
