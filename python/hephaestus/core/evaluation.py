@@ -173,8 +173,9 @@ class GameKeys:
         return k_act, split_step_key(env_keys[self.lane])[0]
 
 
-def summarise(out: dict, stats, prefix: str = "eval/") -> dict:
-    """Host-side metrics of one evaluation (see the module docstring)."""
+def summarise(out: dict, stats, prefix: str = "eval/", scores=()) -> dict:
+    """Host-side metrics of one evaluation (see the module docstring); `scores`: the env's declared scores over
+    its statistics' rates (episode_stats.EpisodeScore)."""
     from hephaestus.envs import episode_stats
 
     out = {k: (np.asarray(v) if k != "stats" else {n: np.asarray(x) for n, x in v.items()}) for k, v in out.items()}
@@ -185,6 +186,7 @@ def summarise(out: dict, stats, prefix: str = "eval/") -> dict:
                f"{prefix}length_mean": float(out["length"].mean()),
                f"{prefix}capped_rate": float(1.0 - out["finished"].mean())}
     metrics.update(episode_stats.summarise(stats, out["stats"], prefix))
+    metrics.update(episode_stats.score_values(scores, metrics, prefix))
     return metrics
 
 
@@ -230,6 +232,7 @@ class Evaluator:
         from hephaestus.core.stored_programs import ProgramStore
 
         self.stats = env.spec.episode_stats
+        self.scores = env.spec.episode_scores
         self.episodes, self.batch, self.num_seeds = episodes, min(batch or episodes, episodes), num_seeds
         self.policies = tuple(policies or ("greedy",) + (("sampled",) if sampled else ()))
         scripted_fn = None
@@ -279,7 +282,8 @@ class Evaluator:
             out = run_in_batches(program, params, fold_in(key, i, seeds), self.episodes, self.batch, seeds=seeds)
             raw[prefix] = out
             for s, metrics in enumerate(per_seed):
-                metrics.update(summarise(jax.tree.map(lambda x: x[s], out) if seeds else out, self.stats, prefix))
+                metrics.update(summarise(jax.tree.map(lambda x: x[s], out) if seeds else out, self.stats, prefix,
+                                         self.scores))
         self.compiled = True
         return (combine_seeds(per_seed) if seeds else per_seed[0]), raw
 

@@ -24,12 +24,14 @@ import numpy as np
 SUMMED = ("num_episodes", "num_curriculum_episodes", "fully_masked_rows")
 
 
-def chunk_reduce(metrics: dict) -> dict:
+def chunk_reduce(metrics: dict, scores=()) -> dict:
     """One number per metric for a chunk. `episode/<key>` metrics arrive as per-update sums over the fresh
     episodes that ended (maxes for `*_max` keys), `curriculum/<key>` over those begun as a curriculum's late start
     (`num_curriculum_episodes` of them): each becomes a mean over the chunk's episodes of its kind (the max), and
-    is left out of a chunk in which no episode of its kind ended (`num_curriculum_episodes` too, where none did)."""
-    from hephaestus.envs.episode_stats import is_max_key
+    is left out of a chunk in which no episode of its kind ended (`num_curriculum_episodes` too, where none did).
+    `scores`: the env's declared scores (episode_stats.EpisodeScore), added as `episode/<name>` from the chunk's
+    rates."""
+    from hephaestus.envs.episode_stats import is_max_key, score_values
 
     out = {}
     episodes = float(np.sum(metrics["num_episodes"])) if "num_episodes" in metrics else 0.0
@@ -49,6 +51,7 @@ def chunk_reduce(metrics: dict) -> dict:
             out[key] = float(values[-1])  # the latest estimate, not an average of stale ones
         else:
             out[key] = float(values.mean())
+    out.update(score_values(scores, out, "episode/"))
     return out
 
 
@@ -65,12 +68,12 @@ def iqm(values) -> float:
     return float(values[cut:len(values) - cut].mean())
 
 
-def seeds_reduce(metrics: dict) -> dict:
+def seeds_reduce(metrics: dict, scores=()) -> dict:
     """Metrics of a multi-seed chunk, each [updates, seeds] -> one record: every key holds the mean over seeds of
     the per-seed `chunk_reduce` value; headline keys add `<key>/std` (sample std over seeds) and `<key>/iqm`;
     `per_seed` maps every key to the list of per-seed values."""
     num_seeds = np.shape(next(iter(metrics.values())))[1]
-    return combine_seeds([chunk_reduce({k: np.asarray(v)[:, i] for k, v in metrics.items()})
+    return combine_seeds([chunk_reduce({k: np.asarray(v)[:, i] for k, v in metrics.items()}, scores)
                           for i in range(num_seeds)])
 
 

@@ -79,6 +79,9 @@ class EnvSpec:
     # step then reports one float32 value for each in `info["episode_stats"]`, and the pipeline sums or maxes them
     # over episodes and reports them under episode/ (training) and eval/ (evaluation).
     episode_stats: tuple = ()
+    # Optional scores over those statistics' rates (episode_stats.EpisodeScore, from `episode_scores`; craftax:
+    # Crafter's score), computed on the host beside the rates they read.
+    episode_scores: tuple = ()
     # What an observation whose action mask allows no action means. False (the default, jumanji's convention):
     # every action is then allowed (networks.effective_mask) and the env ends the episode; the loop counts such
     # rows in `fully_masked_rows` and warns once. True: the env guarantees a valid action, so such a row is a
@@ -232,9 +235,11 @@ def with_obs_structure(spec: EnvSpec, env) -> EnvSpec:
 
 def with_episode_stats(spec: EnvSpec, env) -> EnvSpec:
     """`spec` with the env's declared per-episode statistics (episode_stats.py)."""
-    from hephaestus.envs.episode_stats import as_stats
+    from hephaestus.envs.episode_stats import as_scores, as_stats
 
-    return dataclasses.replace(spec, episode_stats=as_stats(getattr(env, "episode_stats", ())))
+    stats = as_stats(getattr(env, "episode_stats", ()))
+    return dataclasses.replace(spec, episode_stats=stats,
+                               episode_scores=as_scores(getattr(env, "episode_scores", ()), stats))
 
 
 def _info_extras(info: dict, spec: EnvSpec | None = None) -> dict:

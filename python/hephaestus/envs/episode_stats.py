@@ -11,6 +11,12 @@ episode (`aggregate`: "sum" or "max") and how a set of episodes is reported:
   and `<name>>=t` (the fraction of episodes reaching t) for each declared threshold;
 * a flag (`rate=True`, a 0/1 value, e.g. victory): `<name>_rate`, the fraction of episodes where it happened.
 
+An env may also declare scores over its flags' rates, `episode_scores = (EpisodeScore(...), ...)` (copied into
+`EnvSpec.episode_scores`): a number computed on the host from the reported `<stat>_rate` means (`score_values`),
+reported as `<prefix><name>` beside them, in training records (sinks.chunk_reduce, per seed) and evaluations
+(evaluation.summarise). The one kind is Crafter's score, exp(mean(ln(1 + s_i))) - 1 over the success rates s_i in
+percent (craftax_env.py declares it over the achievements).
+
 `report_values` maps one episode's values to those report keys, so training (episodes that end during an update,
 ppo.py), evaluation (evaluation.py) and replays (watch.py) report the same keys with no env-specific code. Nothing
 here is HackMatrix's: its declaration lives in envs/hackmatrix/env.py.
@@ -39,6 +45,49 @@ class EpisodeStat:
                              f"got {self.aggregate!r}")
         if not self.name or "/" in self.name:
             raise ValueError(f"episode stat {self.name!r}: a name without '/' is needed")
+
+
+@dataclass(frozen=True)
+class EpisodeScore:
+    """A score over flags' success rates (module docstring): `stats` names rate statistics of the same env."""
+    name: str
+    stats: tuple[str, ...]
+    doc: str = ""
+
+    def __post_init__(self):
+        if not self.name or "/" in self.name or not self.stats:
+            raise ValueError(f"episode score {self.name!r}: a name without '/' and at least one statistic are needed")
+
+
+def crafter_score(rates) -> float:
+    """Crafter's score of success rates in [0, 1]: exp(mean(ln(1 + 100 s_i))) - 1, in percent (0 when nothing is
+    ever unlocked, 100 when everything always is)."""
+    import numpy as np
+
+    rates = np.asarray(rates, np.float64)
+    return float(np.exp(np.mean(np.log1p(100.0 * rates))) - 1.0)
+
+
+def score_values(scores: Sequence[EpisodeScore], record: dict, prefix: str) -> dict:
+    """`prefix` + name -> the score, for each declared score whose statistics' `<prefix><stat>_rate` are all in
+    `record` (a reduced record: none where no episode ended)."""
+    out = {}
+    for score in scores:
+        keys = [f"{prefix}{name}_rate" for name in score.stats]
+        if all(k in record for k in keys):
+            out[prefix + score.name] = crafter_score([record[k] for k in keys])
+    return out
+
+
+def as_scores(declared, stats: Sequence[EpisodeStat]) -> tuple[EpisodeScore, ...]:
+    """An env's `episode_scores` attribute, checked against its statistics (each must be a declared rate)."""
+    rates = {s.name for s in stats if s.rate}
+    out = tuple(declared or ())
+    for score in out:
+        missing = [n for n in score.stats if n not in rates]
+        if missing:
+            raise ValueError(f"episode score {score.name!r}: {missing} are not declared rate statistics")
+    return out
 
 
 def as_stats(declared) -> tuple[EpisodeStat, ...]:

@@ -30,6 +30,10 @@ for _name in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0"):
 declare_env_defaults("gymnax:MemoryChain-bsuite", hidden_dim=64)
 
 
+# craftax's envs (make_craftax_env_from_name); Classic-Symbolic is the one the Craftax baselines compare on.
+CRAFTAX_IDS = ("Craftax-Classic-Symbolic-v1", "Craftax-Classic-Pixels-v1", "Craftax-Symbolic-v1", "Craftax-Pixels-v1")
+
+
 class UnknownEnvError(ValueError):
     """An environment name that does not resolve; the message is one line and suggests close names."""
 
@@ -138,9 +142,15 @@ def make_env(name: str, **param_overrides) -> AdaptedEnv:
         try:
             from craftax.craftax_env import make_craftax_env_from_name
         except ImportError as err:
-            raise UnknownEnvError("craftax is not installed (pip install craftax)") from err
-        env = make_craftax_env_from_name(env_id, auto_reset=False)
-        return adapt_gymnax(env, with_params(name, env.default_params, param_overrides), name, five_tuple=True)
+            raise UnknownEnvError("craftax is not installed (pip install craftax, or .[craftax])") from err
+        from hephaestus.envs.craftax_env import CraftaxWithStats
+
+        try:
+            raw = make_craftax_env_from_name(env_id, auto_reset=False)
+        except ValueError as err:  # "Unknown craftax environment"
+            raise UnknownEnvError(f"unknown craftax env {env_id!r}{_suggest(env_id, CRAFTAX_IDS)}") from err
+        env = CraftaxWithStats(raw, env_id)
+        return adapt_gymnax(env, with_params(name, raw.default_params, param_overrides), name, five_tuple=True)
     raise UnknownEnvError(
         f"unknown env {name!r}: use hackmatrix, gymnax:<id> (e.g. gymnax:CartPole-v1), "
         f"jumanji:<id> (e.g. jumanji:Snake-v1), craftax:<id> or deepsea:<size>")

@@ -218,7 +218,8 @@ def run(trainer, sinks=(), hooks=(), message: Callable[[str], None] = print, sta
                   "steps_per_second": n * steps_per_update * num_seeds / max(seconds, 1e-9)}
         avg_sps = (done_updates - start_updates) * steps_per_update / max(run_seconds, 1e-9)
         record["eta_seconds"] = (total_updates - done_updates) * steps_per_update / max(avg_sps, 1e-9)
-        record.update(chunk_reduce(metrics) if num_seeds == 1 else seeds_reduce(metrics))
+        scores = spec.episode_scores
+        record.update(chunk_reduce(metrics, scores) if num_seeds == 1 else seeds_reduce(metrics, scores))
         video = video_path = None
         if evaluating:
             evaluation = evaluate_now(evaluator, runner, config.run.seed, done_updates, message,

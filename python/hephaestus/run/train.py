@@ -140,7 +140,7 @@ def _train(config, note, resume, run_dir, main_process, watchdog, outcome=None) 
         raise
     try:
         os.makedirs(run_dir, exist_ok=True)
-        headline = episode_stats.headline_keys(env.spec.episode_stats)
+        headline = episode_stats.headline_keys(env.spec.episode_stats) + [s.name for s in env.spec.episode_scores]
         sinks = [ConsoleSink(headline=headline), JsonlSink(os.path.join(run_dir, "metrics.jsonl"))] \
             if main_process else []
     except OSError as err:

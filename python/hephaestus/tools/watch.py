@@ -179,7 +179,7 @@ def episode_line(ep: int, r: EpisodeResult) -> str:
     return f"{line}, {r.note}" if r.note else line
 
 
-def summary_lines(results: list[EpisodeResult], stats=(), episode_note=None) -> list[str]:
+def summary_lines(results: list[EpisodeResult], stats=(), episode_note=None, scores=()) -> list[str]:
     """The replay's summary; the env's note on all episodes together (`episode_note` of the episode statistics
     summed or maxed over the episodes, as over the steps of one); then the same statistics evaluate.py and
     training's eval/ report (`stats`: the env's declared episode statistics)."""
@@ -204,7 +204,7 @@ def summary_lines(results: list[EpisodeResult], stats=(), episode_note=None) -> 
 
     out = {"return": returns, "length": steps, "finished": np.array([r.finished for r in results]),
            "stats": {s.name: np.array([r.stats.get(s.name, 0.0) for r in results]) for s in stats}}
-    lines += evaluation.summary_lines(evaluation.summarise(out, stats, "eval/"), "eval/")
+    lines += evaluation.summary_lines(evaluation.summarise(out, stats, "eval/", scores), "eval/")
     return lines
 
 
@@ -309,7 +309,8 @@ def main(argv=None, compile_cache: bool = True) -> int:
             print(f"saved {n} frames to {args.save}")
         elif args.window:
             view.close()
-        print("\n".join(summary_lines(results, player.spec.episode_stats, player.present.episode_note)))
+        print("\n".join(summary_lines(results, player.spec.episode_stats, player.present.episode_note,
+                                      player.spec.episode_scores)))
         return 0
     except WatchError as err:  # bad input (a path, a file, a flag, no display): exit 2, as every script
         print(f"error: {err}", file=sys.stderr)
