@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from hephaestus.agents.dreamer.dreamer import (actor_critic_loss, dream, imagine_from_replay, lambda_returns,
+from hephaestus.agents.dreamer.dreamer import (actor_critic_loss, imagine_from_replay, lambda_returns,
                                                update_return_scale, update_slow_critic)
 from hephaestus.agents.dreamer.options import DreamerOptions
 from hephaestus.agents.dreamer.policy import LatentActorCritic, with_world_model
@@ -185,22 +185,16 @@ def test_the_actor_on_the_model_state_filters_as_the_world_model_and_dreams_on_s
     np.testing.assert_allclose(np.asarray(feats), np.asarray(jnp.concatenate([out["h"], out["z"]], -1)),
                                rtol=1e-5, atol=1e-5)
     # Dreams hand the actor the state [h, z]; the loss trains actor and critic and nothing of either world model.
-    traj, final = jax.jit(lambda: imagine_from_replay(model, network, wm_params, params, seq, jax.random.PRNGKey(6), 4,
-                                                      False, actor_input="state"))()
-    assert traj["obs"].shape[-1] == final.shape[-1] == SIZES.deter + SIZES.stoch
-    h = jnp.zeros((1, 2, SIZES.deter))
-    z = jax.nn.one_hot(jnp.zeros((1, 2, SIZES.groups), int), SIZES.classes).reshape(1, 2, -1)
-    direct, _ = jax.jit(lambda: dream(model, wm_params, network, params, h, z, jax.random.PRNGKey(5), 3, False,
-                                      "state"))()
-    assert direct["obs"].shape == (3, 2, SIZES.deter + SIZES.stoch)
     opts = DreamerOptions(entropy=3e-4, advantage_norm="range", critic_bins=255, slow_critic_reg=1.0)
 
     def loss(ac, wm):
         traj, final = imagine_from_replay(model, network, wm, ac, seq, jax.random.PRNGKey(6), 4, False,
                                           actor_input="state")
-        return actor_critic_loss(network, ac, ac, traj, final, traj["reward"], jnp.float32(2.0), HYPER, opts)[0]
+        total = actor_critic_loss(network, ac, ac, traj, final, traj["reward"], jnp.float32(2.0), HYPER, opts)[0]
+        return total, (traj["obs"], final)
 
-    grad_ac, grad_wm = jax.jit(jax.grad(loss, argnums=(0, 1)))(params, wm_params)
+    (grad_ac, grad_wm), (states, final) = jax.jit(jax.grad(loss, argnums=(0, 1), has_aux=True))(params, wm_params)
+    assert states.shape[-1] == final.shape[-1] == SIZES.deter + SIZES.stoch
     assert float(optax.tree.norm(grad_wm)) == 0.0 and float(optax.tree.norm(grad_ac["params"]["world_model"])) == 0.0
     assert float(optax.tree.norm(grad_ac["params"]["actor"])) > 0 < float(optax.tree.norm(grad_ac["params"]["critic"]))
 
@@ -218,3 +212,21 @@ def test_the_network_spec_describes_the_actor_on_the_model_state():
     assert isinstance(built, LatentActorCritic) and built.sizes == SIZES and built.value_bins == 255
     plain = nets.NetworkSpec(obs_dim=3, action_dim=2, discrete=True, hidden_dim=16, num_layers=1)
     assert "world_model" not in plain.to_meta() and "value_bins" not in plain.to_meta()
+
+
+def test_the_options_reach_the_network_and_the_world_model_and_bad_values_are_refused():
+    from hephaestus.config.train_config import ConfigError, TrainConfig, resolve
+    from hephaestus.envs.registry import make_env
+
+    flat = dict(env="gymnax:CartPole-v1", agent="dreamer")
+    config, _ = resolve(TrainConfig.from_flat(**flat, dreamer_actor_input="state", dreamer_critic_bins=255,
+                                              dtc_reward_bins=255))
+    spec = nets.NetworkSpec.of(make_env("gymnax:CartPole-v1").spec, config)
+    assert spec.value_bins == 255 and dict(spec.world_model)["reward_bins"] == 255
+    assert isinstance(spec.build(), LatentActorCritic)
+    plain, _ = resolve(TrainConfig.from_flat(**flat))
+    assert nets.NetworkSpec.of(make_env("gymnax:CartPole-v1").spec, plain).world_model is None
+    for bad in (dict(dreamer_critic_bins=1), dict(dtc_reward_bins=1),
+                dict(dreamer_critic_bins=255, dreamer_symlog_critic=True)):
+        with pytest.raises(ConfigError):
+            resolve(TrainConfig.from_flat(**flat, **bad))

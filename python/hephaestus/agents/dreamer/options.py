@@ -124,9 +124,6 @@ class DreamerOptions:
             raise ConfigError(f"--dreamer-critic-bins must be 0 (scalar) or >= 2, got {self.critic_bins}")
         if self.critic_bins and self.symlog_critic:
             raise ConfigError("--dreamer-critic-bins already regresses in symlog space: drop --dreamer-symlog-critic")
-        if self.actor_input == "state" and config.network.recurrent != "none":
-            raise ConfigError(f"--dreamer-actor-input state carries the world model's state as the policy's: it "
-                              f"cannot also be --recurrent {config.network.recurrent}")
         for name in ("return_decay", "slow_critic_decay"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"--dreamer-{name.replace('_', '-')} must be in [0, 1), got {getattr(self, name)}")
