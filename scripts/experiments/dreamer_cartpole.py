@@ -115,16 +115,19 @@ def open_loop(run_dir: str, episodes: int, context: int, horizon: int, seed: int
         key_reset, key_run = jax.random.split(key)
         state, first_step = env.reset(key_reset)
 
-        def step(carry, k):
-            state, obs, mask, alive = carry
+        def step(carry, k):  # a policy on the model state (--dreamer-actor-input state) carries its filter state
+            state, obs, mask, alive, policy_carry, first = carry
             k_act, k_env = jax.random.split(k)
-            env_action, action, _, _ = nets.act(trainer.network, ac_params, obs[None], mask[None], k_act)
+            policy_carry, (env_action, action, _, _) = nets.act_carried(trainer.network, ac_params, policy_carry,
+                                                                        obs[None], first[None], mask[None], k_act)
             state, out = env.step(k_env, state, env_action[0])
             done = jnp.logical_or(out.terminated, out.truncated)
-            return (state, out.obs, out.action_mask, alive & ~done), (obs, action[0], alive)
+            return (state, out.obs, out.action_mask, alive & ~done, policy_carry, jnp.bool_(False)), (obs, action[0],
+                                                                                                      alive)
 
-        _, (obs, action, alive) = jax.lax.scan(step, (state, first_step.obs, first_step.action_mask, jnp.bool_(True)),
-                                               jax.random.split(key_run, length))
+        start = (state, first_step.obs, first_step.action_mask, jnp.bool_(True),
+                 nets.initial_carry(trainer.network, (1,)), jnp.bool_(True))
+        _, (obs, action, alive) = jax.lax.scan(step, start, jax.random.split(key_run, length))
         return obs, action, alive
 
     obs, action, alive = jax.jit(jax.vmap(episode))(jax.random.split(jax.random.PRNGKey(seed), episodes))

@@ -284,11 +284,14 @@ class ActorCritic(nn.Module):
     # MLPs; its state is the carry of `step` (`initial_carry`; an LSTM's (c, h) concatenated into one array).
     # "none": the feed-forward network, `__call__`.
     recurrent: str = "none"
+    # The dreamer's --dreamer-critic-bins: 0, the critic outputs the value; n > 0, logits over n bins in symlog space
+    # (two-hot regression, DreamerV3's critic; its output layer starts at zero) and the value is symexp of their mean.
+    value_bins: int = 0
 
     def setup(self):
         dims = (self.hidden_dim,) * self.num_layers
         self.actor = MLP(dims, self.action_dim, 0.01, self.activation, self.dtype)
-        self.critic = MLP(dims, 1, 1.0, self.activation, self.dtype)
+        self.critic = MLP(dims, self.value_bins or 1, 0.0 if self.value_bins else 1.0, self.activation, self.dtype)
         if self.obs_cells is not None and self.salience_heads > 0:
             self.encoder = SalienceEncoder(self.obs_cells, self.cell_dim, self.salience_heads, self.activation,
                                            self.dtype)
@@ -327,13 +330,22 @@ class ActorCritic(nn.Module):
 
     def heads(self, x):
         """(policy_params, value) of the features `x`: the encoder's (feed-forward) or the cell's (recurrent)."""
+        out, raw = self.raw_heads(x)
+        return out, critic_value(raw, self.value_bins)
+
+    def raw_heads(self, x):
+        """(policy_params, the critic's raw output [..., value_bins or 1]) of the features `x`."""
         out = self.actor(x)
         if self.discrete and self.unimix > 0:
             out = mix_uniform(out, self.unimix)
-        return out, self.critic(x)[..., 0]
+        return out, self.critic(x)
+
+    def outputs(self, obs):
+        """(policy_params, the critic's raw output) of `obs`: what the dreamer's loss reads."""
+        return self.raw_heads(self.encode(obs))
 
     def value(self, obs):
-        return self.critic(self.encode(obs))[..., 0]
+        return critic_value(self.critic(self.encode(obs)), self.value_bins)
 
     # -- recurrent (--recurrent gru | lstm) -------------------------------------------------------------
     def core(self, carry, x, first):
@@ -370,6 +382,15 @@ class ActorCritic(nn.Module):
 # Adam's moments stay 0 and its step is exactly 0: only the obs_norm stage (normalization.py) changes them.
 OBS_NORM = "obs_norm"
 OBS_CLIP = 10.0  # standardised inputs are clipped to +-10 (as SB3's VecNormalize and gym's wrapper do)
+
+
+def critic_value(raw, value_bins: int):
+    """The value of a critic's raw output [..., value_bins or 1]: the output itself, or symexp of the two-hot mean."""
+    if not value_bins:
+        return raw[..., 0]
+    from hephaestus.agents.dtc.rssm import symexp, twohot_mean  # pure functions of jax (no stage is loaded)
+
+    return symexp(twohot_mean(raw))
 
 
 def initial_moments(obs_dim: int) -> dict:
@@ -413,12 +434,17 @@ class NetworkSpec:
     normalize_obs: bool = False  # running observation statistics in the OBS_NORM collection
     unimix: float = 0.0  # discrete: the uniform share mixed into the policy (--unimix)
     recurrent: str = "none"  # none | gru | lstm (--recurrent)
+    value_bins: int = 0  # the dreamer's two-hot critic (--dreamer-critic-bins); 0: a scalar critic
+    # The dreamer's --dreamer-actor-input state: the world model's sizes (rssm.RSSMSizes, as a dict); the network is
+    # then the dreamer's LatentActorCritic, which filters observations with a copy of the world model and reads its
+    # state (h, z). None: the network reads observations.
+    world_model: tuple | None = None
 
     # What a field means when a file predates it (exports and checkpoints before the cells encoder, the storage
     # dtype and the recorded matmul dtype are float32 MLPs).
     META_DEFAULTS: ClassVar[dict] = {"activation": "tanh", "encoder": "mlp", "cell_dim": 16, "salience_heads": 4,
                                      "obs_dtype": "float32", "dtype": "float32", "normalize_obs": False,
-                                     "unimix": 0.0, "recurrent": "none"}
+                                     "unimix": 0.0, "recurrent": "none", "value_bins": 0, "world_model": None}
     META_REQUIRED: ClassVar[tuple] = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers")
 
     @classmethod
@@ -437,7 +463,7 @@ class NetworkSpec:
                    obs_dtype=resolve_obs_dtype(config, env_spec), dtype=net.dtype,
                    action_low=tuple(env_spec.action_low), action_high=tuple(env_spec.action_high),
                    normalize_obs=bool(net.normalize_obs), unimix=float(net.unimix) if env_spec.discrete else 0.0,
-                   recurrent=net.recurrent)
+                   recurrent=net.recurrent, **dreamer_network(config, env_spec))
 
     def to_meta(self) -> dict:
         """JSON-ready; `obs_cells` and `cell_dim` only for the encoders of cells, `obs_board` for ego, `recurrent`
@@ -455,6 +481,10 @@ class NetworkSpec:
             meta.update(obs_board=list(self.obs_board))
         if self.recurrent != "none":
             meta.update(recurrent=self.recurrent)
+        if self.value_bins:
+            meta.update(value_bins=self.value_bins)
+        if self.world_model is not None:
+            meta.update(world_model=dict(self.world_model))
         return meta
 
     @classmethod
@@ -479,9 +509,21 @@ class NetworkSpec:
                    obs_dtype=net["obs_dtype"], dtype=net["dtype"],
                    action_low=tuple(float(x) for x in net.get("action_low", ())),
                    action_high=tuple(float(x) for x in net.get("action_high", ())),
-                   normalize_obs=bool(net["normalize_obs"]), unimix=float(net["unimix"]), recurrent=net["recurrent"])
+                   normalize_obs=bool(net["normalize_obs"]), unimix=float(net["unimix"]), recurrent=net["recurrent"],
+                   value_bins=int(net["value_bins"]),
+                   world_model=None if net["world_model"] is None else world_model_items(net["world_model"]))
 
     def build(self) -> ActorCritic:
+        if self.world_model is not None:  # the dreamer's actor-critic on the model state (agents/dreamer/policy.py)
+            from hephaestus.agents.dreamer.policy import LatentActorCritic
+            from hephaestus.agents.dtc.rssm import RSSMSizes
+
+            return LatentActorCritic(sizes=RSSMSizes(**dict(self.world_model)), action_dim=self.action_dim,
+                                     discrete=self.discrete, hidden_dim=self.hidden_dim, num_layers=self.num_layers,
+                                     activation=self.activation,
+                                     dtype=jnp.bfloat16 if self.dtype == "bfloat16" else jnp.float32,
+                                     action_low=self.action_low, action_high=self.action_high, unimix=self.unimix,
+                                     value_bins=self.value_bins)
         return ActorCritic(action_dim=self.action_dim, discrete=self.discrete, hidden_dim=self.hidden_dim,
                            num_layers=self.num_layers, activation=self.activation,
                            dtype=jnp.bfloat16 if self.dtype == "bfloat16" else jnp.float32,
@@ -490,7 +532,28 @@ class NetworkSpec:
                            salience_heads=self.salience_heads if self.encoder == "salience" else 0,
                            action_low=self.action_low, action_high=self.action_high,
                            normalize_obs=self.normalize_obs, obs_dim=self.obs_dim, unimix=self.unimix,
-                           recurrent=self.recurrent)
+                           recurrent=self.recurrent, value_bins=self.value_bins)
+
+
+def world_model_items(sizes: dict) -> tuple:
+    """NetworkSpec.world_model of rssm.RSSMSizes' fields (a dict, from JSON: lists become tuples): hashable."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in sizes.items()))
+
+
+def dreamer_network(config, env_spec) -> dict:
+    """NetworkSpec's fields that the dreamer's options set (--dreamer-critic-bins, --dreamer-actor-input state), for a
+    run that dreams; {} otherwise."""
+    opts = getattr(config.stages, "dreamer", None)
+    if opts is None or not learns_by_dreaming(config):
+        return {}
+    fields = {"value_bins": opts.critic_bins}
+    if opts.actor_input == "state":
+        import dataclasses
+
+        from hephaestus.agents.dtc.agent import sizes_from
+
+        fields["world_model"] = world_model_items(dataclasses.asdict(sizes_from(config, env_spec)))
+    return fields
 
 
 def make_network(spec, config) -> ActorCritic:
@@ -511,7 +574,10 @@ def is_recurrent(network) -> bool:
 
 
 def carry_dim(network: ActorCritic) -> int:
-    """Width of a recurrent network's carry: hidden_dim (GRU), 2 x hidden_dim (LSTM: c and h); 0 feed-forward."""
+    """Width of a recurrent network's carry: hidden_dim (GRU), 2 x hidden_dim (LSTM: c and h); 0 feed-forward; a
+    network that declares its own (`carry_width`, the dreamer's state filter) that."""
+    if hasattr(network, "carry_width"):
+        return network.carry_width
     return {"none": 0, "gru": 1, "lstm": 2}[network.recurrent] * network.hidden_dim
 
 
@@ -536,7 +602,10 @@ def act_carried(network: ActorCritic, params, carry, obs, first, mask, key, gree
     if not is_recurrent(network):
         return None, act(network, params, obs, mask, key, greedy)
     carry, (out, value) = network.apply(params, carry, obs, first, method="step")
-    return carry, _choose(network, params, out, value, mask, key, greedy)
+    acted = _choose(network, params, out, value, mask, key, greedy)
+    if getattr(network, "carries_action", False):  # the dreamer's state filter: the next state needs this action
+        carry = network.with_action(carry, acted[1])
+    return carry, acted
 
 
 def act(network: ActorCritic, params, obs, mask, key, greedy: bool = False):

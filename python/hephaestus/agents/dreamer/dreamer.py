@@ -8,12 +8,14 @@
    --agent dtc (without scoring the rollout's novelty, which only the PPO agents use);
 2. takes `ac_steps` actor-critic steps. Each draws `starts` replayed sequences, filters them with every member's
    posterior (sampled latents) and starts one dream from every posterior state (starts x seq_len dreams); a
-   dream rolls the prior H steps, the actor choosing each action from member 0's *decoded observation*; member
-   0's heads give each imagined transition's reward and continuation probability; lambda-returns bootstrap from
+   dream rolls the prior H steps, the actor choosing each action from member 0's *decoded observation* (or, with
+   --dreamer-actor-input state, its state [h, z]); member 0's heads give each imagined transition's reward
+   (two-hot over symlog bins with --dtc-reward-bins) and continuation probability; lambda-returns bootstrap from
    the critic (--dreamer-bootstrap; or its slow EMA copy); the actor learns by REINFORCE on advantages
    normalised per batch of dreams (--dreamer-advantage-norm; or DreamerV3's division by the returns' 5th-95th
    percentile range), with an entropy regulariser; the critic regresses on the returns (and, with
-   --dreamer-slow-critic-reg > 0, towards the slow critic). With --dreamer-novelty-coef > 0 (dreamer-dtc) the
+   --dreamer-slow-critic-reg > 0, towards the slow critic), by squared error or, with --dreamer-critic-bins, by
+   two-hot cross-entropy over symlog bins. With --dreamer-novelty-coef > 0 (dreamer-dtc) the
    imagined reward also holds the members' disagreement about each imagined next observation (Plan2Explore),
    normalised and gained by competence as in part 1. With --dreamer-survival-penalty p > 0 each imagined step's
    reward loses p x (1 - its continuation probability). With --dreamer-horizons (dreamer-dtc) each actor-critic step
@@ -23,7 +25,9 @@
 The actor and critic are the pipeline's own actor-critic network (networks.py), on observations: in the real
 env it acts on real observations through `nets.act`, exactly as PPO's does, so evaluation, watch_agent.py,
 export and checkpoints treat a dreamer agent like any other; in imagination it reads the decoded observation
-(symexp of the decoder's mean). On envs with action masks the world model's mask head gives each imagined state
+(symexp of the decoder's mean). With --dreamer-actor-input state the network is policy.LatentActorCritic: it
+reads the model state in dreams and, in the real env, filters its observations with a copy of member 0 (which
+`apply` refreshes after every update) as a recurrent policy carries its state. On envs with action masks the world model's mask head gives each imagined state
 its mask (rssm.RSSM.mask_logits > 0); elsewhere every action is allowed.
 
 No gradient reaches the world model from the actor-critic loss: dreams are built from stopped parameters and
@@ -43,6 +47,7 @@ from hephaestus.core import networks as nets
 from hephaestus.agents.dtc import intrinsic as intr
 from hephaestus.agents.dtc import rssm
 from hephaestus.agents.dtc.agent import WorldModelState, make_world_model
+from hephaestus.agents.dreamer.policy import with_world_model
 from hephaestus.core.stages import ENVS, REPLICATED, Stage, StageContext, register_stage
 
 sg = jax.lax.stop_gradient
@@ -73,16 +78,26 @@ def start_states(model, wm_params, seq, key, burn_in: int = 0):
     return flat(out["h"]), flat(out["z"])
 
 
-def dream(model, wm_params, network, ac_params, h, z, key, horizon: int, with_novelty: bool):
+def policy_sample(network, ac_params, x, mask, key):
+    """The actor's sampled action on inputs `x` (observations, or model states for --dreamer-actor-input state)."""
+    out, raw = network.apply(ac_params, x, method="outputs")
+    return nets._choose(network, ac_params, out, nets.critic_value(raw, network.value_bins), mask, key, False)[1]
+
+
+def dream(model, wm_params, network, ac_params, h, z, key, horizon: int, with_novelty: bool,
+          actor_input: str = "obs"):
     """Imagine `horizon` steps from start states (h [K, S, deter], z [K, S, stoch]) of all K members, the actor
-    (params `ac_params`) choosing every action from member 0's decoded observation; all members take the same
-    actions. Returns (trajectory of [H, S, ...] arrays: obs (what the action was chosen from), mask (the actions
-    allowed there), action, reward,
+    (params `ac_params`) choosing every action from member 0's decoded observation (`actor_input` "obs") or its state
+    [h, z] ("state"); all members take the same actions. Returns (trajectory of [H, S, ...] arrays: obs (what the
+    action was chosen from: the decoded observation or the state), mask (the actions allowed there), action, reward,
     cont (probability the episode goes on), novelty (the members' disagreement about the next observation, zeros
-    unless `with_novelty`); final_obs [S, D], the observation after the last step)."""
+    unless `with_novelty`); final_obs [S, D], the actor's input after the last step)."""
     sizes = model.sizes
     lead = member(wm_params, 0)
-    decode_obs = lambda p, h, z: rssm.symexp(model.apply(p, h, z, method=rssm.RSSM.decode)[0])
+    if actor_input == "state":
+        decode_obs = lambda p, h, z: jnp.concatenate([h, z], -1)
+    else:
+        decode_obs = lambda p, h, z: rssm.symexp(model.apply(p, h, z, method=rssm.RSSM.decode)[0])
     num_starts = h.shape[1]
     all_allowed = jnp.ones((num_starts, sizes.action_dim if sizes.discrete else 1), bool)
     # The members' decoders' output layers folded into one quadratic form, once per dream (rssm.disagreement_form).
@@ -95,7 +110,7 @@ def dream(model, wm_params, network, ac_params, h, z, key, horizon: int, with_no
         # The imagined state's mask from member 0's mask head (envs with action masks); a state where the head
         # allows nothing allows everything, as networks.effective_mask treats such rows.
         mask = model.apply(lead, h[0], z[0], method=rssm.RSSM.mask_logits) > 0 if sizes.mask_dim else all_allowed
-        _, action, _, _ = nets.act(network, ac_params, obs, mask, key_act)
+        action = policy_sample(network, ac_params, obs, mask, key_act)
         a_vec = rssm.action_vector(action, sizes)
         h = jax.vmap(lambda p, h, z: model.apply(p, h, z, a_vec, method=rssm.RSSM.gru_step))(wm_params, h, z)
         prior = jax.vmap(lambda p, h: model.apply(p, h, method=rssm.RSSM.prior_logits))(wm_params, h)
@@ -116,13 +131,13 @@ def dream(model, wm_params, network, ac_params, h, z, key, horizon: int, with_no
 
 
 def imagine_from_replay(model, network, wm_params, ac_params, seq, key, horizon: int, with_novelty: bool,
-                        burn_in: int = 0):
+                        burn_in: int = 0, actor_input: str = "obs"):
     """Dreams from every posterior state of replayed sequences `seq` [L, B] (start_states, then dream), built from
     stopped parameters: what the actor-critic loss reads as data. Returns (trajectory [H, L * B, ...], final_obs)."""
     key_start, key_dream = jax.random.split(key)
     wm_params, ac_params = sg(wm_params), sg(ac_params)
     h, z = start_states(model, wm_params, seq, key_start, burn_in)
-    traj, final_obs = dream(model, wm_params, network, ac_params, h, z, key_dream, horizon, with_novelty)
+    traj, final_obs = dream(model, wm_params, network, ac_params, h, z, key_dream, horizon, with_novelty, actor_input)
     return sg(traj), sg(final_obs)
 
 
@@ -139,21 +154,51 @@ def lambda_returns(reward, cont, next_value, gamma, lam):
     return returns
 
 
+def update_return_scale(scale, ready, returns, decay: float):
+    """DreamerV3's return scale S: an EMA (decay `decay`) of the lambda-returns' 95th - 5th percentile (the first
+    batch's range itself while not `ready`). The advantages are divided by max(1, S) (--dreamer-advantage-norm
+    range). An EMA of the range is the range of the two percentiles' EMAs."""
+    lo, hi = jnp.percentile(returns, jnp.array([5.0, 95.0]))
+    return jnp.where(ready, decay * scale + (1 - decay) * (hi - lo), hi - lo)
+
+
+def update_slow_critic(slow_params, params, decay: float):
+    """The slow critic after one actor-critic step: an EMA of the network's parameters, decay `decay` (DreamerV3:
+    0.98, its rate 0.02 every step)."""
+    return jax.tree.map(lambda s, p: decay * s + (1 - decay) * p, slow_params, params)
+
+
+def critic_targets(raw, target, bins: int, symlog_critic: bool):
+    """Per-element regression loss of the critic's raw output [..., bins or 1] on the values `target` [...]: two-hot
+    cross-entropy over symlog bins (bins > 0), else half the squared error (in symlog space with `symlog_critic`)."""
+    if bins:
+        return rssm.twohot_loss(raw, rssm.symlog(target))
+    head = rssm.symlog(target) if symlog_critic else target
+    return 0.5 * (raw[..., 0] - head) ** 2
+
+
+def critic_values(raw, bins: int, symlog_critic: bool):
+    """The value of the critic's raw output [..., bins or 1]."""
+    if bins or not symlog_critic:
+        return nets.critic_value(raw, bins)
+    return rssm.symexp(raw[..., 0])
+
+
 def actor_critic_loss(network, ac_params, slow_params, traj, final_obs, reward, return_scale, hyper, opts):
     """DreamerV3-style loss on one batch of dreams (all inputs are data: no gradient leaves through them).
     Returns (total, (stats, returns))."""
-    log_prob, entropy, out = nets.evaluate(network, ac_params, traj["obs"], traj["mask"], traj["action"])
-    slow_out = network.apply(slow_params, jnp.concatenate([traj["obs"], final_obs[None]]), method="value") \
-        if opts.reads_slow_critic else None
-    # symlog critic: the value head predicts symlog(value), so its targets and gradients stay O(1) as returns grow
-    to_value = rssm.symexp if opts.symlog_critic else (lambda x: x)
-    to_head = rssm.symlog if opts.symlog_critic else (lambda x: x)
-    value = to_value(out)
+    bins = opts.critic_bins
+    out, raw = network.apply(ac_params, traj["obs"], method="outputs")
+    log_prob, entropy, _ = nets._score(network, ac_params, out, None, traj["mask"], traj["action"], None)
+    value_of = lambda r: critic_values(r, bins, opts.symlog_critic)
+    value = value_of(raw)
+    slow_value = value_of(network.apply(slow_params, jnp.concatenate([traj["obs"], final_obs[None]]),
+                                        method="outputs")[1]) if opts.reads_slow_critic else None
     if opts.bootstrap == "slow":
-        next_value = to_value(slow_out[1:])
+        next_value = slow_value[1:]
     else:  # DreamerV3: the critic itself, as data (its final value is read from final_obs)
-        final_out = network.apply(ac_params, final_obs, method="value")
-        next_value = sg(to_value(jnp.concatenate([out[1:], final_out[None]])))
+        final_value = value_of(network.apply(ac_params, final_obs, method="outputs")[1])
+        next_value = sg(jnp.concatenate([value[1:], final_value[None]]))
     returns = lambda_returns(reward, traj["cont"], next_value, hyper["gamma"], hyper["gae_lambda"])
     # A dream's step t counts as much as the chance that the episode is still going then (discounted).
     discount = hyper["gamma"] * traj["cont"]
@@ -162,19 +207,22 @@ def actor_critic_loss(network, ac_params, slow_params, traj, final_obs, reward, 
         raise ValueError(f"dreamer options not settled (advantage_norm {opts.advantage_norm!r}, entropy "
                          f"{opts.entropy!r}): resolve(config) first")
     if opts.advantage_norm == "batch":  # PPO's: mean 0 and std 1 over this batch of dreams
-        raw = returns - value
-        advantage = sg((raw - jnp.mean(raw)) / (jnp.std(raw) + 1e-8))
+        raw_adv = returns - value
+        advantage = sg((raw_adv - jnp.mean(raw_adv)) / (jnp.std(raw_adv) + 1e-8))
     else:  # DreamerV3's: divided by the return range (an EMA), so small advantages are not amplified
         advantage = sg((returns - value) / jnp.maximum(1.0, return_scale))
     actor_loss = -jnp.mean(weight * (advantage * log_prob + opts.entropy * entropy))
-    critic_error = (out - sg(to_head(returns))) ** 2
-    if opts.slow_critic_reg > 0:
-        critic_error = critic_error + opts.slow_critic_reg * (out - sg(slow_out[:-1])) ** 2
-    critic_loss = jnp.mean(weight * 0.5 * critic_error)
+    critic_error = critic_targets(raw, sg(returns), bins, opts.symlog_critic)
+    if opts.slow_critic_reg > 0:  # DreamerV3's regulariser: the critic also regresses on the slow critic's values
+        critic_error = critic_error + opts.slow_critic_reg * critic_targets(raw, sg(slow_value[:-1]), bins,
+                                                                              opts.symlog_critic)
+    critic_loss = jnp.mean(weight * critic_error)
     total = actor_loss + hyper["vf_coef"] * critic_loss
     stats = {"pg_loss": actor_loss, "vf_loss": critic_loss, "total_loss": total, "entropy": jnp.mean(entropy),
              "dreamer/imagined_return": jnp.mean(returns[0]), "dreamer/imagined_reward": jnp.mean(reward),
              "dreamer/imagined_cont": jnp.mean(traj["cont"]), "dreamer/value": jnp.mean(value)}
+    if slow_value is not None:
+        stats["dreamer/slow_value"] = jnp.mean(slow_value)
     return total, (stats, returns)
 
 
@@ -195,7 +243,7 @@ def make_dreamer(config, spec, network):
 
     def init(key):
         # The slow critic's shape only (zeros, no key used): the first actor-critic step copies the network in.
-        shapes = jax.eval_shape(network.init, key, jnp.zeros((1, spec.obs_dim), jnp.float32))
+        shapes = jax.eval_shape(lambda k: nets.init_params(network, k, spec.obs_dim), key)
         params = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
         return DreamerState(world=wm_init(key), slow_params=params, slow_ready=jnp.bool_(False),
                             return_scale=jnp.float32(0.0), intrinsic=intr.intrinsic_init())
@@ -225,7 +273,7 @@ def make_dreamer(config, spec, network):
         """One actor-critic step on dreams of `horizon` steps from the replayed `seq`."""
         train_state, state = operands
         traj, final_obs = imagine_from_replay(model, network, state.world.params, train_state.params, seq, key_dream,
-                                              horizon, with_novelty, opts.burn_in)
+                                              horizon, with_novelty, opts.burn_in, opts.actor_input)
         state, reward, novelty_metrics = imagined_reward(state, traj)
         if opts.survival_penalty > 0:  # the continuation head's chance that the episode ends here costs this much
             reward = reward - opts.survival_penalty * (1.0 - traj["cont"])
@@ -237,12 +285,9 @@ def make_dreamer(config, spec, network):
                                                state.return_scale, hyper, opts)
         stats["grad_norm"] = optax.tree.norm(grads)
         train_state = train_state.apply_gradients(grads=grads)
-        lo, hi = jnp.percentile(returns, jnp.array([5.0, 95.0]))
-        scale = jnp.where(state.slow_ready, opts.return_decay * state.return_scale + (1 - opts.return_decay) * (hi - lo),
-                          hi - lo)
+        scale = update_return_scale(state.return_scale, state.slow_ready, returns, opts.return_decay)
         if opts.reads_slow_critic:
-            d = opts.slow_critic_decay
-            slow = jax.tree.map(lambda s, p: d * s + (1 - d) * p, slow, train_state.params)
+            slow = update_slow_critic(slow, train_state.params, opts.slow_critic_decay)
         state = state.replace(slow_params=slow, slow_ready=jnp.bool_(True), return_scale=scale)
         return (train_state, state), {**stats, **novelty_metrics, "dreamer/return_scale": scale,
                                       "dreamer/horizon": jnp.float32(horizon)}
@@ -254,6 +299,8 @@ def make_dreamer(config, spec, network):
         (train_state, state), stats = jax.lax.scan(lambda c, k: ac_step(c, k, hyper), (train_state, state),
                                                    jax.random.split(key_ac, ac_steps))
         metrics = {**wm_metrics, **jax.tree.map(jnp.mean, stats), "dreamer/ac_steps": jnp.float32(ac_steps)}
+        if opts.actor_input == "state":  # the acting policy filters with the world model as trained now
+            train_state = train_state.replace(params=with_world_model(train_state.params, member(world.params, 0)))
         return train_state, batch, state, metrics
 
     return init, apply

@@ -77,6 +77,15 @@ class DreamerOptions:
     slow_critic_reg: float = 0.0
     """weight of the critic's regression towards the slow critic's values (DreamerV3: 1; on CartPole it keeps the
     critic lagging and learning falls back, specs/dreamer.md)"""
+    actor_input: Literal["obs", "state"] = "obs"
+    """what the actor and critic read: obs, the observation (member 0's decoded observation in a dream, the real one
+    in the env; the pipeline's own network); state, the world model's state (h, z) (DreamerV3's): the dream's, and in
+    the env the posterior of the observations filtered by a copy of member 0 carried as a recurrent policy's state
+    (agents/dreamer/policy.py)"""
+    critic_bins: int = 0
+    """0: the critic regresses its value (or symlog value, --dreamer-symlog-critic) by squared error; n >= 2: it
+    predicts logits over n bins evenly spaced in symlog space on [-20, 20], trained by two-hot cross-entropy on the
+    lambda-returns and the slow critic's values (DreamerV3: 255; its output layer starts at zero)"""
     symlog_critic: bool = field(default=False, metadata={"values": "01"})
     """1: the value head predicts symlog(value) and regresses on symlog(lambda-return) (DreamerV3's critic
     works in symlog space), so its targets stay O(1) as returns grow; 0: it predicts the value itself"""
@@ -111,6 +120,10 @@ class DreamerOptions:
         if not 0 <= self.burn_in < config.stages.dtc.seq_len:
             raise ConfigError(f"--dreamer-burn-in must be in [0, --dtc-seq-len {config.stages.dtc.seq_len}), "
                               f"got {self.burn_in}")
+        if self.critic_bins == 1 or self.critic_bins < 0:
+            raise ConfigError(f"--dreamer-critic-bins must be 0 (scalar) or >= 2, got {self.critic_bins}")
+        if self.critic_bins and self.symlog_critic:
+            raise ConfigError("--dreamer-critic-bins already regresses in symlog space: drop --dreamer-symlog-critic")
         for name in ("return_decay", "slow_critic_decay"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"--dreamer-{name.replace('_', '-')} must be in [0, 1), got {getattr(self, name)}")

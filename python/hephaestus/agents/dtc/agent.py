@@ -68,7 +68,7 @@ def sizes_from(config, spec) -> rssm.RSSMSizes:
                           unimix=config.stages.dtc.unimix, dtype=config.network.dtype,
                           mask_dim=spec.action_dim if spec.discrete and spec.has_action_mask else 0,
                           prior_scale=config.stages.dtc.prior_scale, logvar_init=config.stages.dtc.logvar_init,
-                          ego_layout=ego_layout)
+                          ego_layout=ego_layout, reward_bins=config.stages.dtc.reward_bins)
 
 
 def make_wm_optimizer(config):

@@ -59,6 +59,9 @@ class DTCOptions:
     """what the world model's encoder reads. flat: the observation vector as it is; ego: on envs whose cells form a
     board around a player (HackMatrix), the cells laid out on a window centred on the player, as PPO's --encoder
     ego does; the decoder still reconstructs the flat observation"""
+    reward_bins: int = 0
+    """0: the reward head regresses symlog(reward) by squared error; n >= 2: it predicts logits over n bins evenly
+    spaced in symlog space on [-20, 20], trained by two-hot cross-entropy (DreamerV3: 255)"""
     wm_grad_clip: float = 100.0
     """per-member global-norm gradient clip"""
     replay_ratio: float = 1.0
@@ -147,6 +150,8 @@ class DTCOptions:
             raise ConfigError(f"--dtc-norm-rate must be in [0, 1], got {self.norm_rate}")
         if self.prior_scale < 0:
             raise ConfigError(f"--dtc-prior-scale must be >= 0, got {self.prior_scale}")
+        if self.reward_bins == 1 or self.reward_bins < 0:
+            raise ConfigError(f"--dtc-reward-bins must be 0 (scalar) or >= 2, got {self.reward_bins}")
         if self.head_loss_scale < 0:
             raise ConfigError(f"--dtc-head-loss-scale must be >= 0, got {self.head_loss_scale}")
         from hephaestus.agents.dtc.rssm import LOGVAR_MAX, LOGVAR_MIN  # the decoder's clip: a start outside it is clipped

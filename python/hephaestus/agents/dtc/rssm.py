@@ -39,6 +39,55 @@ def symexp(x):
     return jnp.sign(x) * jnp.expm1(jnp.abs(x))
 
 
+# Two-hot regression over symlog bins (DreamerV3): a scalar y is the distribution over `n` bins evenly spaced in
+# symlog space on [-20, 20] that puts weight on the two bins around symlog(y), split so that its mean is exactly
+# symlog(y); the head predicts logits over the bins and is trained by cross-entropy against that target; its
+# prediction is symexp of the mean bin under softmax(logits). The loss is bounded whatever the scale of y.
+TWOHOT_LOW, TWOHOT_HIGH = -20.0, 20.0
+
+
+def twohot_bins(n: int):
+    """The `n` bin centres, in symlog space, float32[n]: built from the negative half and its mirror, so that they
+    are exactly symmetric about 0 (and an odd count holds 0 itself)."""
+    if n % 2:  # the negative half with 0, then its mirror without 0
+        half = jnp.linspace(TWOHOT_LOW, 0.0, n // 2 + 1, dtype=jnp.float32)
+        tail = -half[:-1][::-1]
+    else:  # the negative half of an even grid over [low, high], then its mirror
+        half = jnp.linspace(TWOHOT_LOW, TWOHOT_LOW / (n - 1), n // 2, dtype=jnp.float32)
+        tail = -half[::-1]
+    return jnp.concatenate([half, tail])
+
+
+def twohot_encode(y, n: int):
+    """The two-hot target [..., n] of symlog-space values `y` [...] (clipped to the bins' range): weights on the two
+    neighbouring bins, summing to 1, whose mean over the bins is y."""
+    bins = twohot_bins(n)
+    y = jnp.clip(y.astype(jnp.float32), TWOHOT_LOW, TWOHOT_HIGH)
+    # The bin at or below y (the last but one at most), found by comparison with the centres themselves, so that a
+    # value on a centre puts all its weight there.
+    below = jnp.clip(jnp.sum(bins <= y[..., None], axis=-1) - 1, 0, n - 2)
+    weight_above = jnp.clip((y - bins[below]) / (bins[below + 1] - bins[below]), 0.0, 1.0)
+    return (jax.nn.one_hot(below, n, dtype=jnp.float32) * (1.0 - weight_above)[..., None]
+            + jax.nn.one_hot(below + 1, n, dtype=jnp.float32) * weight_above[..., None])
+
+
+def twohot_mean(logits):
+    """The mean bin (symlog space) under softmax(logits) [..., n], summed from both ends towards the middle so that
+    uniform logits (a zero-initialised head) predict exactly 0."""
+    n = logits.shape[-1]
+    probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+    weighted = probs * twohot_bins(n)
+    m = n // 2
+    middle = weighted[..., m] if n % 2 else 0.0
+    return jnp.sum(weighted[..., :m][..., ::-1] + weighted[..., n - m:], axis=-1) + middle
+
+
+def twohot_loss(logits, y):
+    """Cross-entropy of softmax(logits) [..., n] against the two-hot target of symlog-space values y [...]."""
+    target = jax.lax.stop_gradient(twohot_encode(y, logits.shape[-1]))
+    return -jnp.sum(target * jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1), axis=-1)
+
+
 @dataclass(frozen=True)
 class RSSMSizes:
     obs_dim: int
@@ -59,6 +108,9 @@ class RSSMSizes:
     # col_feature) reads it laid out around the player (`ego_view`, --dtc-encoder ego). The decoder and every
     # prediction stay in the flat observation's layout.
     ego_layout: tuple[int, ...] | None = None
+    # 0: the reward head regresses symlog(reward) by squared error; n > 0: it predicts logits over n symlog bins,
+    # trained by two-hot cross-entropy (DreamerV3: 255; --dtc-reward-bins). `heads` returns symlog space either way.
+    reward_bins: int = 0
 
     @property
     def stoch(self) -> int:
@@ -122,7 +174,8 @@ class RSSM(nn.Module):
         # Per-dimension log-variance, not a function of the state: a state-dependent variance head extrapolates
         # freely on unseen states and can hide exactly the disagreement novelty is meant to find.
         self.obs_logvar = self.param("obs_logvar", nn.initializers.zeros, (s.obs_dim,), jnp.float32)
-        self.reward_head = _MLP(s.hidden, 1, dt, out_scale=0.1)
+        # A two-hot head starts at zero output (uniform over the bins: a prediction of exactly 0), as DreamerV3's.
+        self.reward_head = _MLP(s.hidden, s.reward_bins or 1, dt, out_scale=0.0 if s.reward_bins else 0.1)
         self.cont_head = _MLP(s.hidden, 1, dt)
         if s.mask_dim:  # which actions the env allows in this state: dreams need it to act (dreamer.py)
             self.mask_head = _MLP(s.hidden, s.mask_dim, dt)
@@ -192,8 +245,15 @@ class RSSM(nn.Module):
         return mean, logvar
 
     def heads(self, h, z_flat):
+        """(reward in symlog space: the scalar head's output or the two-hot head's mean bin, continuation logit)."""
         feat = jnp.concatenate([h, z_flat], -1)
-        return self.reward_head(feat)[..., 0], self.cont_head(feat)[..., 0]
+        reward = self.reward_head(feat)
+        reward = twohot_mean(reward) if self.sizes.reward_bins else reward[..., 0]
+        return reward, self.cont_head(feat)[..., 0]
+
+    def reward_logits(self, h, z_flat):
+        """The two-hot reward head's logits over its bins [..., reward_bins] (reward_bins > 0)."""
+        return self.reward_head(jnp.concatenate([h, z_flat], -1))
 
     def mask_logits(self, h, z_flat):
         """Logit, per action, that the env allows it in state (h, z) (sizes.mask_dim > 0 only)."""
@@ -339,7 +399,11 @@ def member_loss(model: RSSM, params, seq, key, free_bits=1.0, kl_dyn=0.5, kl_rep
     else:
         pred = pred_nll = jnp.float32(0.0)
     reward, cont_logit = model.apply(params, out["h_next"], z_next, method=RSSM.heads)
-    reward_loss = jnp.mean((reward - symlog(seq["reward"])) ** 2)
+    if model.sizes.reward_bins:
+        logits = model.apply(params, out["h_next"], z_next, method=RSSM.reward_logits)
+        reward_loss = jnp.mean(twohot_loss(logits, symlog(seq["reward"])))
+    else:
+        reward_loss = jnp.mean((reward - symlog(seq["reward"])) ** 2)
     cont = 1.0 - seq["terminated"].astype(jnp.float32)
     cont_loss = jnp.mean(optax_sigmoid_bce(cont_logit, cont))
     total = recon + pred + kl_dyn * dyn + kl_rep * rep + head_scale * (reward_loss + cont_loss)
