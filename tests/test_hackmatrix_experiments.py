@@ -199,11 +199,12 @@ def test_undo_after_exit_quick_run_writes_its_table_and_bad_input_is_one_line(un
 SEARCH = os.path.join(ROOT, "scripts", "experiments", "hackmatrix_search.py")
 
 
-def test_search_quick_plays_both_searches_with_the_shipped_agent_and_bad_input_is_one_line(tmp_path, capsys):
+def test_search_quick_plays_mctx_s_tree_search_with_the_shipped_agent_and_bad_input_is_one_line(tmp_path, capsys):
     search = load_script(SEARCH, "hackmatrix_search")
     assert search.main(["--quick", "--out", str(tmp_path / "s")]) == 0  # the shipped agent by default
-    rows = json.loads((tmp_path / "s" / "results.json").read_text())["rows"]
-    assert [(r["simulations"], r["rollout_depth"]) for r in rows] == [(2, 0), (1, 2)]  # mctx's tree, then rollouts
+    rows = json.loads((tmp_path / "s.json").read_text())["rows"]
+    assert [(r["simulations"], r["rollout_depth"]) for r in rows] == [(2, 0)]
+    assert "| search, 2 simulations |" in (tmp_path / "s.md").read_text()
     for r in rows:
         assert r["games"] == 2 and 1 <= r["moves_mean"] <= 20
         assert all(0.0 <= r[k] <= 1.0 for k in ("stage1_cleared", "stage4_reached", "program_played", "siphon_used"))

@@ -14,8 +14,8 @@ its critic predicts. Every table row: share of games that cleared stage 1 / reac
 used a siphon, victories, deaths, mean stage reached, and the wall seconds of the row.
 
     python scripts/experiments/hackmatrix_search.py --agent checkpoints/pretrained/hackmatrix --games 200 \
-        --simulations 0 8 32 --out runs/hm-search
-    python scripts/experiments/hackmatrix_search.py --quick        # 2 games, 20 moves: both kinds of search, tiny
+        --simulations 0 8 32
+    python scripts/experiments/hackmatrix_search.py --quick        # 2 games, 20 moves, a tiny tree search
 
 Cost: a move costs `simulations` env steps and network calls more than greedy play (one batched call per
 simulation; the games run side by side).
@@ -24,7 +24,6 @@ simulation; the games run side by side).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -35,10 +34,10 @@ GAME_PARAMS = {"undo_across_stages": 0, "curriculum_share": 0.0}  # the rules' g
 
 
 def parse(argv=None):
-    from hephaestus.run.cli import OneLineParser
+    from hephaestus.tools.experiment import check_out, parser
 
-    p = OneLineParser(description=__doc__.split("\n\n")[0],
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser("hackmatrix_search", __doc__.split("\n\n")[0], out_help="writes OUT.json and OUT.md",
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--agent", default=SHIPPED_AGENT,
                    help="a HackMatrix agent: parameter file or run folder (default: this checkout's shipped agent, "
                         "checkpoints/pretrained/hackmatrix)")
@@ -59,11 +58,11 @@ def parse(argv=None):
                         "step of policy improvement by rollouts; default: no such row)")
     p.add_argument("--max-steps", type=int, default=1000, help="moves per game at most (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="the games' key: every row plays the same games")
-    p.add_argument("--out", default="runs/hm-search", help="folder for results.json and results.md")
-    p.add_argument("--quick", action="store_true", help="2 games, 20 moves: a 2-simulation search and 2-move rollouts (the plumbing)")
+    p.add_argument("--quick", action="store_true", help="2 games, 20 moves, a 2-simulation tree search (the plumbing)")
     args = p.parse_args(argv)
+    args.out = check_out(p, args.out, "hackmatrix_search")
     if args.quick:
-        args.games, args.simulations, args.rollout_depths, args.max_steps = 2, [2], [2], 20
+        args.games, args.simulations, args.rollout_depths, args.max_steps = 2, [2], [], 20
     if (args.games < 1 or args.max_steps < 1 or min(args.simulations) < 0 or args.considered < 2
             or min(args.rollout_depths, default=1) < 1):
         p.error("--games, --max-steps and --rollout-depths must be at least 1, --simulations at least 0, "
@@ -214,10 +213,10 @@ def main(argv=None) -> int:
     rows = []
     header = ("| policy | stage 1 cleared | stage 4 reached | program played | siphon used | victories | "
               "deaths | mean stage | mean moves | seconds |\n|---|---|---|---|---|---|---|---|---|---|")
-    print(f"{args.games} games (seed {args.seed}), quirk off, at most {args.max_steps} moves; agent {args.agent}; "
-          f"{args.considered} actions considered; tree: value scale {args.value_scale}, "
-          f"{'raw' if args.raw_values else 'rescaled'} values")
-    print(header)
+    lines = [f"{args.games} games (seed {args.seed}), quirk off, at most {args.max_steps} moves; agent {args.agent}; "
+             f"{args.considered} actions considered; tree: value scale {args.value_scale}, "
+             f"{'raw' if args.raw_values else 'rescaled'} values", "", header]
+    print("\n".join(lines))
     methods = [(f"search, {n} simulations" if n else "greedy (the agent)", n, 0) for n in args.simulations]
     methods += [(f"rollouts of {d} greedy moves", 1, d) for d in args.rollout_depths]
     for name, simulations, depth in methods:
@@ -228,13 +227,14 @@ def main(argv=None) -> int:
         row = {"policy": name, "simulations": simulations, "rollout_depth": depth,
                **summarise(stats, time.perf_counter() - t0)}
         rows.append(row)
-        print(f"| {name} | {row['stage1_cleared']:.1%} | {row['stage4_reached']:.1%} | "
-              f"{row['program_played']:.1%} | {row['siphon_used']:.1%} | {row['victories']} | {row['deaths']} | "
-              f"{row['stage_mean']:.2f} | {row['moves_mean']:.0f} | {row['seconds']} |", flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"args": vars(args), "rows": rows}, f, indent=1)
-    print(f"results: {os.path.join(args.out, 'results.json')}")
+        lines.append(f"| {name} | {row['stage1_cleared']:.1%} | {row['stage4_reached']:.1%} | "
+                     f"{row['program_played']:.1%} | {row['siphon_used']:.1%} | {row['victories']} | {row['deaths']} | "
+                     f"{row['stage_mean']:.2f} | {row['moves_mean']:.0f} | {row['seconds']} |")
+        print(lines[-1], flush=True)
+    from hephaestus.tools.experiment import write_json, write_md
+
+    paths = [write_json(args.out, {"args": vars(args), "rows": rows}), write_md(args.out, "\n".join(lines))]
+    print(f"results: {', '.join(paths)}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """What the step's rewrite for speed rests on, checked where CI can check it: the glitch's block-free distance field
 (R65) is the Manhattan distance from the player, which equals a breadth-first search through every cell of the
 6x6 board from every cell; the reward's two exit distances by one search loop equal two single searches.
-scripts/experiments/hackmatrix_step_differential.py compares the whole step with an earlier revision's over
+benchmarks/hackmatrix_step_differential.py compares the whole step with an earlier revision's over
 thousands of games (specs/results/hackmatrix-speed.md)."""
 import jax
 import jax.numpy as jnp

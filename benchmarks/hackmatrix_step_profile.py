@@ -2,7 +2,7 @@
 vmapped over the games as the step runs it, and its time on this machine (jit of the vmapped function on a
 batch of mid-game states, median of a few calls).
 
-    PYTHONPATH=python python scripts/experiments/hackmatrix_step_profile.py --num-envs 2048 --calls 5
+    python benchmarks/hackmatrix_step_profile.py --num-envs 2048 --calls 5
 
 The areas overlap nothing but are not all of the step (the reward terms, episode statistics and the selects
 that merge branches are the rest), so the whole step's line is its own measurement, not a sum.

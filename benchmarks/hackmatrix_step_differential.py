@@ -4,7 +4,7 @@ auto-reset, and every output is compared to the bit at every step (observation, 
 truncated, info). Exits 1 on the first difference, naming the outputs that differ. The reference is the revision's
 python/hephaestus/envs/hackmatrix, exported with `git archive` and imported beside the package under another name.
 
-    python scripts/experiments/hackmatrix_step_differential.py --reference ce78ab6 --games 2048 --steps 400
+    python benchmarks/hackmatrix_step_differential.py --reference ce78ab6 --games 2048 --steps 400
 
 tests/hackmatrix/test_step_differential.py checks the rewritten parts' properties at a small size.
 """
@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 REFERENCE = "reference_hackmatrix"  # the package name the reference revision's env is imported under
@@ -25,6 +25,7 @@ REFERENCE = "reference_hackmatrix"  # the package name the reference revision's 
 def reference_env(rev: str):
     """HackMatrix as git revision `rev` of this checkout has it (None if `rev` is not a revision holding it)."""
     import importlib
+    import importlib.util
     import subprocess
     import tarfile
     import tempfile
@@ -41,9 +42,13 @@ def reference_env(rev: str):
         tar.extractall(folder, filter="data")
     package = os.path.join(folder, REFERENCE)
     os.rename(os.path.join(folder, "python", "hephaestus", "envs", "hackmatrix"), package)
-    with open(os.path.join(package, "__init__.py"), "w") as f:  # the modules alone, not the package's lazy names
+    # The modules alone, under another name (their imports within the env are relative), not the package's lazy names.
+    spec = importlib.util.spec_from_file_location(REFERENCE, os.path.join(package, "__init__.py"),
+                                                  submodule_search_locations=[package])
+    with open(spec.origin, "w") as f:
         f.write("")
-    sys.path.insert(0, folder)
+    sys.modules[REFERENCE] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules[REFERENCE])
     return importlib.import_module(f"{REFERENCE}.env").HackMatrix()
 
 

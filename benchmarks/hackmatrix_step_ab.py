@@ -4,7 +4,7 @@ compiled, then timed in alternation, so a load that drifts over minutes hits bot
 compile seconds and, per round, wall and process CPU seconds per chunk; CPU seconds are the steadier figure on a
 shared machine.
 
-    python scripts/experiments/hackmatrix_step_ab.py --reference ce78ab6 --num-envs 2048 --rounds 5
+    python benchmarks/hackmatrix_step_ab.py --reference ce78ab6 --num-envs 2048 --rounds 5
 """
 import argparse
 import os
@@ -15,8 +15,10 @@ import time
 import jax
 import jax.numpy as jnp
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hackmatrix_step_differential import reference_env  # noqa: E402
+from hephaestus.tools.entry_points import load_script
+
+reference_env = load_script(os.path.join(os.path.dirname(os.path.abspath(__file__)), "hackmatrix_step_differential.py"),
+                            "hackmatrix_step_differential").reference_env
 
 
 def chunk_program(env, num_envs, steps):
