@@ -66,8 +66,7 @@ TESTED_ELSEWHERE = {"scripts/experiments/deepsea.py": "tests/test_exploration.py
                     "scripts/experiments/hackmatrix_late_starts.py": "tests/test_hackmatrix_experiments.py",
                     "scripts/experiments/hackmatrix_handoff.py": "tests/test_hackmatrix_experiments.py",
                     "scripts/experiments/hackmatrix_advantage_shares.py": "tests/test_hackmatrix_experiments.py",
-                    "scripts/experiments/hackmatrix_undo_after_exit.py": "tests/test_hackmatrix_experiments.py",
-                    "scripts/experiments/hackmatrix_search.py": "tests/test_hackmatrix_experiments.py"}
+                    "scripts/experiments/hackmatrix_undo_after_exit.py": "tests/test_hackmatrix_experiments.py"}
 
 SKIP_RULES = [  # (pattern on the command, reason)
     (re.compile(r"^pip install\b"), "installs packages over the network"),

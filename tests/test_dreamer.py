@@ -295,6 +295,9 @@ def test_boredom_picks_the_dream_length_among_compiled_ones():
 
 
 @pytest.mark.heavy
+@pytest.mark.skipif(os.environ.get("HEPHAESTUS_EXPERIMENT_QUICK_TESTS") != "1",
+                    reason="a dreamer HackMatrix study's --quick run, 30-50 s on 2 cores, past CI's 15 minutes with "
+                           "the rest: set HEPHAESTUS_EXPERIMENT_QUICK_TESTS=1")
 def test_dreamer_hackmatrix_probe_quick_reads_every_replayed_transition(tmp_path):
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "experiments",
                           "dreamer_hackmatrix_probe.py")
@@ -320,6 +323,9 @@ def test_dreamer_hackmatrix_probe_quick_reads_every_replayed_transition(tmp_path
 
 
 @pytest.mark.heavy
+@pytest.mark.skipif(os.environ.get("HEPHAESTUS_EXPERIMENT_QUICK_TESTS") != "1",
+                    reason="a dreamer HackMatrix study's --quick run, 30-50 s on 2 cores, past CI's 15 minutes with "
+                           "the rest: set HEPHAESTUS_EXPERIMENT_QUICK_TESTS=1")
 def test_dreamer_hackmatrix_offline_quick_scores_a_world_model_on_held_out_games(tmp_path):
     """scripts/experiments/dreamer_hackmatrix_offline.py: 8 lanes x 64 steps of the teacher's play, 2 held out; one
     world-model member with the board-around-the-player encoder scored at 5 and 10 gradient steps on the 128

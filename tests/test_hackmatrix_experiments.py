@@ -199,19 +199,13 @@ def test_undo_after_exit_quick_run_writes_its_table_and_bad_input_is_one_line(un
 SEARCH = os.path.join(ROOT, "scripts", "experiments", "hackmatrix_search.py")
 
 
-def test_search_quick_plays_mctx_s_tree_search_with_the_shipped_agent_and_bad_input_is_one_line(tmp_path, capsys):
+def test_search_bad_input_is_one_line_before_any_work(capsys):
+    """hackmatrix_search.py's arguments and agent are checked before anything compiles (a played row compiles the
+    HackMatrix step inside mctx's search: too long for this suite; specs/results/hackmatrix-search.md has its runs)."""
     search = load_script(SEARCH, "hackmatrix_search")
-    assert search.main(["--quick", "--out", str(tmp_path / "s")]) == 0  # the shipped agent by default
-    rows = json.loads((tmp_path / "s.json").read_text())["rows"]
-    assert [(r["simulations"], r["rollout_depth"]) for r in rows] == [(2, 0)]
-    assert "| search, 2 simulations |" in (tmp_path / "s.md").read_text()
-    for r in rows:
-        assert r["games"] == 2 and 1 <= r["moves_mean"] <= 20
-        assert all(0.0 <= r[k] <= 1.0 for k in ("stage1_cleared", "stage4_reached", "program_played", "siphon_used"))
-    capsys.readouterr()
     with pytest.raises(SystemExit) as stop:
         search.main(["--games", "0"])
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(err) == 1 and "--games" in err[0]
     with pytest.raises(SystemExit, match="plays 'gymnax:CartPole-v1', not hackmatrix"):
-        search.main(["--agent", os.path.join(ROOT, "checkpoints", "pretrained", "cartpole"), "--quick"])
+        search.main(["--agent", os.path.join(ROOT, "checkpoints", "pretrained", "cartpole")])

@@ -15,7 +15,7 @@ used a siphon, victories, deaths, mean stage reached, and the wall seconds of th
 
     python scripts/experiments/hackmatrix_search.py --agent checkpoints/pretrained/hackmatrix --games 200 \
         --simulations 0 8 32
-    python scripts/experiments/hackmatrix_search.py --quick        # 2 games, 20 moves, a tiny tree search
+    python scripts/experiments/hackmatrix_search.py --games 2 --simulations 2 --max-steps 20   # the plumbing, tiny
 
 Cost: a move costs `simulations` env steps and network calls more than greedy play (one batched call per
 simulation; the games run side by side).
@@ -58,11 +58,8 @@ def parse(argv=None):
                         "step of policy improvement by rollouts; default: no such row)")
     p.add_argument("--max-steps", type=int, default=1000, help="moves per game at most (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="the games' key: every row plays the same games")
-    p.add_argument("--quick", action="store_true", help="2 games, 20 moves, a 2-simulation tree search (the plumbing)")
     args = p.parse_args(argv)
     args.out = check_out(p, args.out, "hackmatrix_search")
-    if args.quick:
-        args.games, args.simulations, args.rollout_depths, args.max_steps = 2, [2], [], 20
     if (args.games < 1 or args.max_steps < 1 or min(args.simulations) < 0 or args.considered < 2
             or min(args.rollout_depths, default=1) < 1):
         p.error("--games, --max-steps and --rollout-depths must be at least 1, --simulations at least 0, "

@@ -85,13 +85,17 @@ class StopSignals:
             signums = np.asarray(multihost_utils.process_allgather(np.int32(self.signum or 0)))
             if self.signum is None and signums.max() > 0:
                 self.signum = int(signums.max())
+        self._announce()
+        return self.signum is not None
+
+    def _announce(self) -> None:
         if self.signum is not None and not self._announced:
             self._announced = True
             self.message(f"{signal.Signals(self.signum).name} received: saving and exiting")
-        return self.signum is not None
 
     def at_end(self, runner_state, record) -> None:
-        pass
+        # A signal that came after the last chunk's after_chunk (the loop then queued nothing more) is announced here.
+        self._announce()
 
 
 def _write_fd(fd: int, text: str) -> None:
