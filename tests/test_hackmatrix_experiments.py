@@ -101,6 +101,9 @@ def test_the_handoff_policy_is_the_agent_below_its_stage_and_the_teacher_from_it
         assert int(policy(state.replace(stage=jnp.int32(stage)), mask, jax.random.PRNGKey(1))) == expected
 
 
+@pytest.mark.skipif(os.environ.get("HEPHAESTUS_EXPERIMENT_QUICK_TESTS") != "1",
+                    reason="the handoff study's --quick run, ~40 s on 2 cores, past CI's 15 minutes with the rest: set "
+                           "HEPHAESTUS_EXPERIMENT_QUICK_TESTS=1")
 def test_handoff_quick_never_handing_over_is_evaluate_py_s_greedy_games(untrained_agent, tmp_path, capsys):
     from hephaestus.tools import evaluate_agent
 
