@@ -258,6 +258,15 @@ class SalienceEncoder(nn.Module):
         return self._pool(x)[1]
 
 
+def actor_critic_outputs(module, x):
+    """(policy_params, the critic's raw output) of features `x` for a module with `actor`, `critic`, `discrete` and
+    `unimix` (ActorCritic on its encoder's or cell's features, the dreamer's latent policy on model states)."""
+    out = module.actor(x)
+    if module.discrete and module.unimix > 0:
+        out = mix_uniform(out, module.unimix)
+    return out, module.critic(x)
+
+
 class ActorCritic(nn.Module):
     """`__call__(obs) -> (policy_params, value)`; `policy_params` are logits (discrete) or means (continuous)."""
 
@@ -335,10 +344,7 @@ class ActorCritic(nn.Module):
 
     def raw_heads(self, x):
         """(policy_params, the critic's raw output [..., value_bins or 1]) of the features `x`."""
-        out = self.actor(x)
-        if self.discrete and self.unimix > 0:
-            out = mix_uniform(out, self.unimix)
-        return out, self.critic(x)
+        return actor_critic_outputs(self, x)
 
     def outputs(self, obs):
         """(policy_params, the critic's raw output) of `obs`: what the dreamer's loss reads."""

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from hephaestus.agents.dtc import rssm
-from hephaestus.core.networks import MLP, critic_value, mix_uniform
+from hephaestus.core.networks import MLP, actor_critic_outputs, critic_value
 
 WORLD_MODEL = "world_model"  # the copy's name in the network's parameters
 
@@ -63,10 +63,7 @@ class LatentActorCritic(nn.Module):
 
     # -- on a model state [..., deter + stoch] (the dreams) ---------------------------------------------------------
     def raw_heads(self, feat):
-        out = self.actor(feat)
-        if self.discrete and self.unimix > 0:
-            out = mix_uniform(out, self.unimix)
-        return out, self.critic(feat)
+        return actor_critic_outputs(self, feat)
 
     def heads(self, feat):
         out, raw = self.raw_heads(feat)
