@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from hephaestus.core.evaluation import summarise
+from hephaestus.core.evaluation import summarise, summary_lines
 from hephaestus.core.sinks import chunk_reduce, seeds_reduce
 from hephaestus.envs.episode_stats import EpisodeScore, EpisodeStat, as_scores, crafter_score, score_values
 
@@ -28,6 +28,8 @@ def test_a_score_must_name_declared_rate_statistics():
         as_scores((EpisodeScore("score", ("wood", "kills")),), stats)
     with pytest.raises(ValueError):
         EpisodeScore("a/b", ("wood",))
+    with pytest.raises(ValueError, match="ends in '_score'"):  # summaries tell scores from means by the name
+        EpisodeScore("crafter", ("wood",))
 
 
 def test_training_records_carry_the_score_of_the_chunks_rates_per_seed():
@@ -58,6 +60,11 @@ def test_evaluations_report_the_score_beside_the_rates():
     assert metrics["eval/table_rate"] == 0.5
     assert metrics["eval/score"] == pytest.approx(crafter_score([1.0, 0.5]))
     assert score_values((EpisodeScore("score", ("wood", "missing")),), metrics, "eval/") == {}
+    # the summary shows the score on its own line, not among the per-episode means
+    lines = summary_lines({**metrics, "eval/steps_alive": 15.0}, "eval/")
+    assert any(line.startswith("  scores: score ") for line in lines)
+    per_episode = next(line for line in lines if "per episode" in line)
+    assert "steps_alive" in per_episode and "score" not in per_episode
 
 
 class _State:

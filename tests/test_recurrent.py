@@ -49,19 +49,24 @@ def test_the_cell_resets_where_an_episode_starts_and_carries_its_state_otherwise
     assert np.all(np.abs(stepped[~first] - from_zero[~first]).max(axis=-1) > 1e-3)  # carried: it matters
 
 
-def test_the_update_replays_the_rollouts_log_probs_and_values_across_episode_ends():
+@pytest.mark.parametrize("embed", [0, 6])
+def test_the_update_replays_the_rollouts_log_probs_and_values_across_episode_ends(embed):
     """Two rollouts of 5 steps on 3-step episodes: the second starts mid-episode from a non-zero state, and both
     cross episode ends. The update's replay from the stored initial state with the stored resets gives back the
-    rollout's log-probabilities and values."""
+    rollout's log-probabilities and values, with the cell reading the observation or (--recurrent-embed) a Dense
+    layer's output that the replay computes for the whole sequence outside the scan."""
     from hephaestus.config.train_config import TrainConfig, resolve
     from hephaestus.core.ppo import make_train, rollout_apply
 
     config, _ = resolve(TrainConfig.from_flat(env="gymnax:MemoryChain-bsuite", env_params=("memory_length=2",),
-                                              recurrent="gru", num_envs=4, num_steps=5, num_minibatches=2,
-                                              hidden_dim=8, num_layers=1, total_timesteps=40))
+                                              recurrent="gru", recurrent_embed=embed, num_envs=4, num_steps=5,
+                                              num_minibatches=2, hidden_dim=8, num_layers=1, total_timesteps=40))
     trainer = make_train(config)
     runner = trainer.runner_state
     params, ctx = runner.train_state.params, trainer.context
+    cell_inputs = params["params"]["cell"]["ir"]["kernel"].shape[0]  # the GRU's input width
+    assert cell_inputs == (embed or ctx.network.obs_dim)
+    assert ("cell_embed" in params["params"]) == bool(embed)
     rollout = jax.jit(lambda key, rs: rollout_apply(ctx, key, runner.train_state, None, rs)[1:3])
     rs = runner.stages["rollout"]
     for key in jax.random.split(jax.random.PRNGKey(3), 2):
@@ -110,6 +115,8 @@ def test_a_gru_run_resumes_bit_identically(memory_run, tmp_path):
 @pytest.mark.parametrize("flags, needle", [
     (["--agent", "dreamer"], "--recurrent gru needs the PPO update"),
     (["--num-envs", "6", "--num-minibatches", "4", "--num-steps", "8"], "must divide by --num-minibatches"),
+    (["--recurrent", "none", "--recurrent-embed", "64"], "--recurrent-embed 64 is the input layer of a recurrent cell"),
+    (["--recurrent-embed", "-1"], "--recurrent-embed must be 0 (none) or a positive width"),
 ])
 def test_what_does_not_combine_is_a_one_line_error(flags, needle, capsys):
     code = main("--env", "gymnax:CartPole-v1", "--recurrent", "gru", "--no-wandb", *flags)

@@ -12,9 +12,7 @@ changed where this script says so; ours gets the same values:
 * mlp: their ActorCritic (separate actor and critic, 3 x LAYER_SIZE tanh) = ours with --num-layers 3 --activation
   tanh --hidden-dim LAYER_SIZE;
 * rnn: their ActorCriticRNN (Dense(LAYER_SIZE) relu -> GRU(LAYER_SIZE) -> actor and critic 2 x LAYER_SIZE relu) =
-  ours with --recurrent gru --num-layers 2 --activation relu, except that ours feeds the observation to the GRU
-  directly (no Dense before it): ours has 1345 x 3 x 512 GRU input weights where theirs has 1345 x 512 + 3 x 512 x
-  512, about 40% more multiply-adds in that layer.
+  ours with --recurrent gru --recurrent-embed LAYER_SIZE --num-layers 2 --activation relu.
 
 Each side runs in a fresh process (theirs with `--reference-python`, default this interpreter); by default all four
 at once on a CPU (`--parallel`), one at a time with `--gpu`. Ours trains its seeds in one vmapped program
@@ -91,7 +89,7 @@ def our_options(arch: str, config: dict) -> dict:
     if arch == "mlp":
         options.update(num_layers=3, activation=config.get("ACTIVATION", "tanh"), recurrent="none")
     else:
-        options.update(num_layers=2, activation="relu", recurrent="gru")
+        options.update(num_layers=2, activation="relu", recurrent="gru", recurrent_embed=config["LAYER_SIZE"])
     return options
 
 

@@ -214,6 +214,11 @@ class NetworkConfig:
     env sequences (minibatches of envs, not of steps; --num-envs must divide by --num-minibatches). none: the
     feed-forward network (every existing run, unchanged); not with the dreamer agents, whose actor learns in
     imagination with the feed-forward network"""
+    recurrent_embed: int = 0
+    """with --recurrent: width of a Dense layer (with --activation) between the encoder and the cell, computed for
+    all steps of a sequence at once outside the cell's scan; PureJaxRL's ppo_rnn and Craftax_Baselines' PPO-RNN put
+    one (their LAYER_SIZE wide) in front of the GRU, so a wide observation meets the cell's three gates at
+    --recurrent-embed inputs instead of obs-dim; 0 = the encoder's features go into the cell"""
     normalize_obs: bool = False
     """standardise observations by their running mean and variance (kept with the network's parameters, so
     checkpoints, exports, evaluate and watch use them; updated after each PPO update; normalization.py); for envs
@@ -743,10 +748,15 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"--cell-dim must be positive, got {net.cell_dim}")
     if net.recurrent not in RECURRENT_CELLS:
         raise ConfigError(f"--recurrent must be one of {', '.join(RECURRENT_CELLS)}, got {net.recurrent!r}")
+    if net.recurrent == "none" and net.recurrent_embed:
+        raise ConfigError(f"--recurrent-embed {net.recurrent_embed} is the input layer of a recurrent cell: pass "
+                          "--recurrent gru or lstm with it")
     if net.recurrent != "none":
         if learns_by_dreaming(config):
             raise ConfigError(f"--recurrent {net.recurrent} needs the PPO update; --agent {config.agent} replaces it "
                               "(its actor learns in imagination, feed-forward)")
+        if net.recurrent_embed < 0:
+            raise ConfigError(f"--recurrent-embed must be 0 (none) or a positive width, got {net.recurrent_embed}")
         if env.num_envs % ppo.num_minibatches:  # a recurrent minibatch is whole env sequences
             raise ConfigError(f"--recurrent {net.recurrent}: --num-envs {env.num_envs} must divide by "
                               f"--num-minibatches {ppo.num_minibatches} (minibatches are whole env sequences)")

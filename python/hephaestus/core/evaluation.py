@@ -305,7 +305,9 @@ def eval_key(seed: int, update: int, num_seeds: int = 1, agent_seeds: list[int] 
 
 # ------------------------------------------------------------------------------------------------ text
 def summary_lines(metrics: dict, prefix: str = "eval/") -> list[str]:
-    """A few readable lines: return, length, how episodes ended, then every other statistic."""
+    """A few readable lines: return, length, how episodes ended, the env's scores over the episodes (Crafter's),
+    then every other statistic."""
+    from hephaestus.envs.episode_stats import is_score_name
     # a --num-seeds run's metrics also hold <key>/std and <key>/iqm over seeds: the lines show the means
     m = {k[len(prefix):]: v for k, v in metrics.items() if k.startswith(prefix) and "/" not in k[len(prefix):]}
     if not m:
@@ -316,7 +318,11 @@ def summary_lines(metrics: dict, prefix: str = "eval/") -> list[str]:
     rest = {k: v for k, v in m.items() if k not in ("episodes", "return_mean", "return_std", "return_min",
                                                      "return_max", "length_mean", "capped_rate")}
     rates = {k: v for k, v in rest.items() if k.endswith("_rate") or ">=" in k}
-    counts = {k: v for k, v in rest.items() if k not in rates and not (k.startswith("program_") and v == 0)}
+    scores = {k: v for k, v in rest.items() if is_score_name(k)}  # over all the episodes' rates, not per episode
+    counts = {k: v for k, v in rest.items()
+              if k not in rates and k not in scores and not (k.startswith("program_") and v == 0)}
+    if scores:
+        lines.append("  scores: " + ", ".join(f"{k} {v:.3g}" for k, v in scores.items()))
     if rates:
         lines.append("  rates: " + ", ".join(f"{k} {v:.3f}" for k, v in rates.items()))
     if counts:

@@ -17,7 +17,8 @@ multiply-adds of the whole network. The encoder (688 parameters) is shared by ac
 per observation; a shared torso would halve the rest too, but the torsos stay separate for the reason above.
 
 Recurrent (`--recurrent gru | lstm`): flax's GRUCell or OptimizedLSTMCell (hidden_dim wide) sits between the
-encoder and the actor and critic MLPs, which then read the cell's output (PureJaxRL's ppo_rnn layout). Its state,
+encoder and the actor and critic MLPs, which then read the cell's output (PureJaxRL's ppo_rnn layout; with
+`--recurrent-embed N` a Dense(N) in front of the cell, as ppo_rnn has). Its state,
 the *carry* (one float32 array per env; an LSTM's c and h concatenated), is reset to zeros where an observation
 starts an episode. `act_carried` is the policy's one step with its carry (the rollout, evaluation, Agent.act);
 `evaluate_sequences` replays whole sequences for the PPO loss. A feed-forward network carries None.
@@ -293,6 +294,9 @@ class ActorCritic(nn.Module):
     # MLPs; its state is the carry of `step` (`initial_carry`; an LSTM's (c, h) concatenated into one array).
     # "none": the feed-forward network, `__call__`.
     recurrent: str = "none"
+    # --recurrent-embed: > 0, a Dense(recurrent_embed) with the activation between the encoder and the cell (part of
+    # `encode`, so the update computes it for a whole sequence at once, outside the cell's scan); 0: none.
+    recurrent_embed: int = 0
     # The dreamer's --dreamer-critic-bins: 0, the critic outputs the value; n > 0, logits over n bins in symlog space
     # (two-hot regression, DreamerV3's critic; its output layer starts at zero) and the value is symexp of their mean.
     value_bins: int = 0
@@ -314,6 +318,9 @@ class ActorCritic(nn.Module):
             self.cell = nn.GRUCell(features=self.hidden_dim, dtype=self.dtype, param_dtype=jnp.float32)
         elif self.recurrent == "lstm":
             self.cell = nn.OptimizedLSTMCell(features=self.hidden_dim, dtype=self.dtype, param_dtype=jnp.float32)
+        if self.recurrent != "none" and self.recurrent_embed:
+            self.cell_embed = nn.Dense(self.recurrent_embed, kernel_init=nn.initializers.orthogonal(math.sqrt(2)),
+                                       bias_init=nn.initializers.zeros, dtype=self.dtype, param_dtype=jnp.float32)
         if not self.discrete:
             # State-independent log std, as in PPO's continuous-control setup.
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,), jnp.float32)
@@ -325,10 +332,15 @@ class ActorCritic(nn.Module):
         return x.astype(self.dtype)
 
     def encode(self, obs):
+        """The features the actor and critic MLPs read (feed-forward) or the cell reads (recurrent)."""
         x = self._inputs(obs)
         if self.obs_board is not None:  # the player's cell is read from the observation as stored
-            return self.encoder(x, round_obs(obs, self.obs_dtype))
-        return x if self.obs_cells is None else self.encoder(x)
+            x = self.encoder(x, round_obs(obs, self.obs_dtype))
+        elif self.obs_cells is not None:
+            x = self.encoder(x)
+        if self.recurrent != "none" and self.recurrent_embed:
+            x = (nn.tanh if self.activation == "tanh" else nn.relu)(self.cell_embed(x.astype(self.dtype)))
+        return x
 
     def salience(self, obs):
         """The salience encoder's weights [..., heads, cells] on `obs` (what each head attends to)."""
@@ -440,6 +452,7 @@ class NetworkSpec:
     normalize_obs: bool = False  # running observation statistics in the OBS_NORM collection
     unimix: float = 0.0  # discrete: the uniform share mixed into the policy (--unimix)
     recurrent: str = "none"  # none | gru | lstm (--recurrent)
+    recurrent_embed: int = 0  # the Dense in front of a recurrent cell (--recurrent-embed); 0: none
     value_bins: int = 0  # the dreamer's two-hot critic (--dreamer-critic-bins); 0: a scalar critic
     # The dreamer's --dreamer-actor-input state: the world model's sizes (rssm.RSSMSizes, as a dict); the network is
     # then the dreamer's LatentActorCritic, which filters observations with a copy of the world model and reads its
@@ -450,7 +463,8 @@ class NetworkSpec:
     # dtype and the recorded matmul dtype are float32 MLPs).
     META_DEFAULTS: ClassVar[dict] = {"activation": "tanh", "encoder": "mlp", "cell_dim": 16, "salience_heads": 4,
                                      "obs_dtype": "float32", "dtype": "float32", "normalize_obs": False,
-                                     "unimix": 0.0, "recurrent": "none", "value_bins": 0, "world_model": None}
+                                     "unimix": 0.0, "recurrent": "none", "recurrent_embed": 0, "value_bins": 0,
+                                     "world_model": None}
     META_REQUIRED: ClassVar[tuple] = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers")
 
     @classmethod
@@ -469,7 +483,8 @@ class NetworkSpec:
                    obs_dtype=resolve_obs_dtype(config, env_spec), dtype=net.dtype,
                    action_low=tuple(env_spec.action_low), action_high=tuple(env_spec.action_high),
                    normalize_obs=bool(net.normalize_obs), unimix=float(net.unimix) if env_spec.discrete else 0.0,
-                   recurrent=net.recurrent, **dreamer_network(config, env_spec))
+                   recurrent=net.recurrent, recurrent_embed=net.recurrent_embed if net.recurrent != "none" else 0,
+                   **dreamer_network(config, env_spec))
 
     def to_meta(self) -> dict:
         """JSON-ready; `obs_cells` and `cell_dim` only for the encoders of cells, `obs_board` for ego, `recurrent`
@@ -487,6 +502,8 @@ class NetworkSpec:
             meta.update(obs_board=list(self.obs_board))
         if self.recurrent != "none":
             meta.update(recurrent=self.recurrent)
+        if self.recurrent_embed:
+            meta.update(recurrent_embed=self.recurrent_embed)
         if self.value_bins:
             meta.update(value_bins=self.value_bins)
         if self.world_model is not None:
@@ -516,7 +533,7 @@ class NetworkSpec:
                    action_low=tuple(float(x) for x in net.get("action_low", ())),
                    action_high=tuple(float(x) for x in net.get("action_high", ())),
                    normalize_obs=bool(net["normalize_obs"]), unimix=float(net["unimix"]), recurrent=net["recurrent"],
-                   value_bins=int(net["value_bins"]),
+                   recurrent_embed=int(net["recurrent_embed"]), value_bins=int(net["value_bins"]),
                    world_model=None if net["world_model"] is None else world_model_items(net["world_model"]))
 
     def build(self) -> ActorCritic:
@@ -538,7 +555,8 @@ class NetworkSpec:
                            salience_heads=self.salience_heads if self.encoder == "salience" else 0,
                            action_low=self.action_low, action_high=self.action_high,
                            normalize_obs=self.normalize_obs, obs_dim=self.obs_dim, unimix=self.unimix,
-                           recurrent=self.recurrent, value_bins=self.value_bins)
+                           recurrent=self.recurrent, recurrent_embed=self.recurrent_embed,
+                           value_bins=self.value_bins)
 
 
 def world_model_items(sizes: dict) -> tuple:

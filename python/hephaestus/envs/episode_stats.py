@@ -13,7 +13,8 @@ episode (`aggregate`: "sum" or "max") and how a set of episodes is reported:
 
 An env may also declare scores over its flags' rates, `episode_scores = (EpisodeScore(...), ...)` (copied into
 `EnvSpec.episode_scores`): a number computed on the host from the reported `<stat>_rate` means (`score_values`),
-reported as `<prefix><name>` beside them, in training records (sinks.chunk_reduce, per seed) and evaluations
+reported as `<prefix><name>` beside them (a score's name is `score` or ends in `_score`, which is how a summary
+tells it from a per-episode mean), in training records (sinks.chunk_reduce, per seed) and evaluations
 (evaluation.summarise). The one kind is Crafter's score, exp(mean(ln(1 + s_i))) - 1 over the success rates s_i in
 percent (craftax_env.py declares it over the achievements).
 
@@ -57,6 +58,13 @@ class EpisodeScore:
     def __post_init__(self):
         if not self.name or "/" in self.name or not self.stats:
             raise ValueError(f"episode score {self.name!r}: a name without '/' and at least one statistic are needed")
+        if not is_score_name(self.name):  # how a summary tells a score from a per-episode mean (summary_lines)
+            raise ValueError(f"episode score {self.name!r}: a score's name is 'score' or ends in '_score'")
+
+
+def is_score_name(name: str) -> bool:
+    """Whether a metric's name (without its prefix) is a declared score's: 'score' or '<what>_score'."""
+    return name == "score" or name.endswith("_score")
 
 
 def crafter_score(rates) -> float:

@@ -274,7 +274,7 @@ def _lookup(tree, path):
 # The networks.NetworkSpec fields a resume must match (the storage and matmul dtypes may change: the parameters
 # are float32 either way).
 NETWORK_FIELDS = ("obs_dim", "action_dim", "discrete", "hidden_dim", "num_layers", "activation", "encoder",
-                  "obs_cells", "obs_board", "cell_dim", "salience_heads", "recurrent")
+                  "obs_cells", "obs_board", "cell_dim", "salience_heads", "recurrent", "recurrent_embed")
 
 
 def check_compatible(ckpt: Checkpoint, config, network_meta: dict) -> None:
@@ -294,7 +294,8 @@ def check_compatible(ckpt: Checkpoint, config, network_meta: dict) -> None:
     network_meta = {**NetworkSpec.META_DEFAULTS, **network_meta}
     for name in NETWORK_FIELDS:
         if name in net and net[name] != network_meta.get(name):
-            hint = f" (pass --{name} {net[name]} to continue it)" if name in ("encoder", "recurrent") else ""
+            flag = "--" + name.replace("_", "-")
+            hint = f" (pass {flag} {net[name]} to continue it)" if name in ("encoder", "recurrent", "recurrent_embed") else ""
             raise CheckpointError(f"{ckpt.path}: network mismatch: {name} is {net[name]!r} in the checkpoint, "
                                   f"{network_meta.get(name)!r} in this run{hint}")
 
