@@ -169,3 +169,10 @@ def test_only_the_envs_whose_episode_ended_get_a_new_world(monkeypatch):
     assert obs[:, 0].tolist() == [1.0, fresh[1], 1.0, fresh[3]]
     assert info["final_observation"][:, 0].tolist() == [1.0, 2.0, 1.0, 2.0]
     assert info["episode_stats"]["b"].tolist() == [0.0, 1.0, 0.0, 0.0]  # the achievement of the ending step
+    # an env without is_truncated never truncates: its spec says so, and the rollout computes no bootstrap value
+    from hephaestus.envs.adapters import EnvSpec, with_obs_structure
+
+    assert env.may_truncate is False and with_obs_structure(EnvSpec("c", 1, True, 3), env).may_truncate is False
+    Env.is_truncated = lambda self, state, limit: state.t >= limit
+    assert craftax_env.CraftaxWithStats(Env(), "Craftax-Classic-Symbolic-v1").may_truncate is True
+    assert with_obs_structure(EnvSpec("g", 1, True, 3), object()).may_truncate is True  # the default: it may

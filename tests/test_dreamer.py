@@ -268,6 +268,19 @@ def test_the_survival_penalty_charges_each_imagined_step_its_predicted_chance_of
         resolve(TrainConfig().replace(env="gymnax:CartPole-v1", agent="dreamer", dreamer_survival_penalty=-1.0))
 
 
+@pytest.mark.parametrize("actor_input", ["obs", "state"])
+def test_the_replay_value_loss_reaches_the_critic_in_the_stage(actor_input):
+    """--dreamer-replay-value 0.3 in the stage, with the actor-critic on observations or on the model state: the
+    critic's loss holds the replay term (over the replayed real steps, the terminated one's target its reward)."""
+    update, state, first_train_state = dreamer_dtc_update(dreamer_replay_value=0.3, dreamer_actor_input=actor_input)
+    train_state, _, metrics = update(state)
+    loss = float(metrics["dreamer/replay_value_loss"])
+    assert np.isfinite(loss) and loss > 0 and np.isfinite(float(metrics["dreamer/replay_return"]))
+    assert float(metrics["vf_loss"]) >= 0.3 * loss
+    moved = lambda a, b: any(bool(jnp.any(x != y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    assert moved(train_state.params["params"]["critic"], first_train_state.params["params"]["critic"])
+
+
 def test_boredom_picks_the_dream_length_among_compiled_ones():
     """--dreamer-horizons: the longest compiled length not above the boredom-driven horizon; a bored agent's step
     is exactly the fixed-length step at the shortest length, a fresh one's dreams the longest."""

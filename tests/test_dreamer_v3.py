@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from hephaestus.agents.dreamer.dreamer import (actor_critic_loss, imagine_from_replay, lambda_returns,
-                                               update_return_scale, update_slow_critic)
+                                               replay_returns, update_return_scale, update_slow_critic)
 from hephaestus.agents.dreamer.options import DreamerOptions
 from hephaestus.agents.dreamer.policy import LatentActorCritic, with_world_model
 from hephaestus.agents.dtc import rssm
@@ -163,6 +163,50 @@ def test_the_slow_critic_is_an_ema_and_its_regulariser_pulls_the_critic_towards_
     assert vf_loss(1.0) - vf_loss(0.0) == pytest.approx(float(jnp.mean(weight)) * 4.5, rel=1e-4)
 
 
+def test_replay_returns_follow_real_rewards_and_ends_and_bootstrap_from_the_dreams():
+    """One sequence of 5 steps, gamma 0.5, lambda 1: step 1 ends its episode (terminated), step 3 is cut by a
+    time limit; boot is each step's dream return."""
+    reward = jnp.array([1.0, 2.0, 4.0, 8.0, 16.0])[:, None]
+    terminated = jnp.array([False, True, False, False, False])[:, None]
+    done = jnp.array([False, True, False, True, False])[:, None]
+    boot = jnp.array([10.0, 20.0, 30.0, 40.0, 50.0])[:, None]
+    returns, weight = replay_returns(reward, terminated, done, boot, 0.5, 1.0)
+    # R4 = boot4 (the sequence's end); R3 = boot3 (cut: the dream's); R2 = 4 + 0.5 R3; R1 = 2 (terminated); R0 = 1 + 0.5 R1
+    np.testing.assert_allclose(np.asarray(returns)[:, 0], [2.0, 2.0, 24.0, 40.0, 50.0])
+    np.testing.assert_array_equal(np.asarray(weight)[:, 0], [1, 1, 1, 0, 0])
+    # lambda 0: one-step targets r_t + gamma boot_{t+1} inside an episode
+    returns, _ = replay_returns(reward, terminated, done, boot, 0.5, 0.0)
+    np.testing.assert_allclose(np.asarray(returns)[:, 0], [11.0, 2.0, 24.0, 40.0, 50.0])
+
+
+def test_the_replay_value_loss_regresses_the_critic_on_real_returns_at_real_observations(world):
+    model, wm_params, seq = world
+    network = nets.ActorCritic(action_dim=2, discrete=True, hidden_dim=16, num_layers=1)
+    ac_params = network.init(jax.random.PRNGKey(1), jnp.zeros((1, 3)))
+    traj, final_obs = jax.jit(lambda: imagine_from_replay(model, network, wm_params, ac_params, seq,
+                                                          jax.random.PRNGKey(6), 5, False))()
+    length, batch = seq["first"].shape
+    real = {"inputs": seq["obs"].reshape(length * batch, 3), "reward": jnp.ones((length, batch)),
+            "terminated": jnp.zeros((length, batch), bool).at[2].set(True), "done": jnp.zeros((length, batch), bool)}
+    real["done"] = real["terminated"]
+
+    def losses(coef, replay):
+        opts = DreamerOptions(entropy=3e-4, advantage_norm="batch", replay_value=coef)
+        return jax.jit(lambda p: actor_critic_loss(network, p, ac_params, traj, final_obs, traj["reward"],
+                                                   jnp.float32(0.0), HYPER, opts, replay)[1])(ac_params)
+
+    plain, (with_replay, returns) = losses(0.0, None)[0], losses(0.3, real)
+    # the replay term is its own loss on the critic at the real observations, weighted into the critic's loss
+    targets, weight = replay_returns(real["reward"], real["terminated"], real["done"],
+                                     returns[0].reshape(length, batch), HYPER["gamma"], HYPER["gae_lambda"])
+    value = network.apply(ac_params, real["inputs"], method="value").reshape(length, batch)
+    expected = float(jnp.sum(weight * 0.5 * (value - targets) ** 2) / jnp.sum(weight))
+    assert float(with_replay["dreamer/replay_value_loss"]) == pytest.approx(expected, rel=1e-5)
+    assert float(with_replay["vf_loss"]) == pytest.approx(float(plain["vf_loss"]) + 0.3 * expected, rel=1e-5)
+    # the target of a terminated step is its own reward: the critic learns where real episodes end
+    np.testing.assert_allclose(np.asarray(targets[2]), 1.0)
+
+
 def test_the_actor_on_the_model_state_filters_as_the_world_model_and_dreams_on_states(world):
     model, wm_params, seq = world
     network = LatentActorCritic(sizes=SIZES, action_dim=2, discrete=True, hidden_dim=16, num_layers=1,
@@ -226,7 +270,7 @@ def test_the_options_reach_the_network_and_the_world_model_and_bad_values_are_re
     assert isinstance(spec.build(), LatentActorCritic)
     plain, _ = resolve(TrainConfig.from_flat(**flat))
     assert nets.NetworkSpec.of(make_env("gymnax:CartPole-v1").spec, plain).world_model is None
-    for bad in (dict(dreamer_critic_bins=1), dict(dtc_reward_bins=1),
+    for bad in (dict(dreamer_critic_bins=1), dict(dtc_reward_bins=1), dict(dreamer_replay_value=-0.3),
                 dict(dreamer_critic_bins=255, dreamer_symlog_critic=True)):
         with pytest.raises(ConfigError):
             resolve(TrainConfig.from_flat(**flat, **bad))

@@ -158,11 +158,15 @@ def rollout_apply(ctx: PPOContext, key, train_state, batch, rs: RolloutState):
         env_state, step = ctx.v_step(shard.constrain_envs(jax.random.split(key_env, ctx.num_envs)), rs.env_state,
                                      env_action)
         # Truncated episodes bootstrap from the critic's value of the observation they ended on. The critic
-        # pass runs only on steps where some env truncated (a real branch: not under vmap).
-        bootstrap = jax.lax.cond(
-            jnp.any(step.truncated),
-            lambda: jnp.where(step.truncated, final_value(network, params, policy_carry, step.final_obs), 0.0),
-            lambda: jnp.zeros((ctx.num_envs,), jnp.float32))
+        # pass runs only on steps where some env truncated (a real branch: not under vmap, where it runs on every
+        # step), and never for an env that cannot truncate (EnvSpec.may_truncate).
+        if ctx.env is not None and not ctx.env.spec.may_truncate:
+            bootstrap = jnp.zeros((ctx.num_envs,), jnp.float32)
+        else:
+            bootstrap = jax.lax.cond(
+                jnp.any(step.truncated),
+                lambda: jnp.where(step.truncated, final_value(network, params, policy_carry, step.final_obs), 0.0),
+                lambda: jnp.zeros((ctx.num_envs,), jnp.float32))
         done = jnp.logical_or(step.terminated, step.truncated)
         ep_return, ep_length = rs.episode_return + step.reward, rs.episode_length + 1
         ep_stats = episode_stats.accumulate(ctx.stats, rs.episode_stats, step.info.get("episode_stats", {}), jnp)

@@ -87,6 +87,11 @@ class EnvSpec:
     # rows in `fully_masked_rows` and warns once. True: the env guarantees a valid action, so such a row is a
     # bug and the loop stops with an error. Taken from the env's `fully_masked_is_bug` attribute when it has one.
     fully_masked_is_bug: bool = False
+    # Whether a step can report a truncation (a time limit). False where the env never does (a craftax env
+    # without `is_truncated`: its episodes only terminate): the rollout then computes no truncation bootstrap,
+    # which under vmapped seeds (where a branch runs both sides) would be a critic pass, and for a recurrent
+    # policy a cell step, on every step. Taken from the env's `may_truncate` attribute when it has one.
+    may_truncate: bool = True
 
 
 @dataclass(frozen=True)
@@ -205,9 +210,11 @@ def _probe_spec(name, reset_fn, discrete, action_dim, low=(), high=(), env=None)
 
 def with_obs_structure(spec: EnvSpec, env) -> EnvSpec:
     """`spec` with the env's declared `obs_cells` (flat, cells, channels), `obs_board` and `obs_quanta`, checked
-    against obs_dim, and its `fully_masked_is_bug`."""
+    against obs_dim, its `fully_masked_is_bug` and `may_truncate`."""
     if getattr(env, "fully_masked_is_bug", False):
         spec = dataclasses.replace(spec, fully_masked_is_bug=True)
+    if getattr(env, "may_truncate", True) is False:
+        spec = dataclasses.replace(spec, may_truncate=False)
     quanta = getattr(env, "obs_quanta", None)
     if quanta is not None:
         quanta = tuple(float(q) for q in quanta)

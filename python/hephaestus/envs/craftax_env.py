@@ -64,6 +64,7 @@ class CraftaxWithStats:
         self.episode_scores = (EpisodeScore("score", self.achievements,
                                             doc="Crafter's score: exp(mean(ln(1 + success %))) - 1"),)
         self._presentation = None
+        self.may_truncate = hasattr(env, "is_truncated")  # else every end is a termination (step_and_reset)
         from hephaestus.envs.hackmatrix.compact import compacted
 
         # (need, base, key, params) -> a reset's (obs, state) where `need`, else `base`; under vmap only those lanes

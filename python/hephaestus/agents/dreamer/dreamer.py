@@ -14,8 +14,9 @@
    the critic (--dreamer-bootstrap; or its slow EMA copy); the actor learns by REINFORCE on advantages
    normalised per batch of dreams (--dreamer-advantage-norm; or DreamerV3's division by the returns' 5th-95th
    percentile range), with an entropy regulariser; the critic regresses on the returns (and, with
-   --dreamer-slow-critic-reg > 0, towards the slow critic), by squared error or, with --dreamer-critic-bins, by
-   two-hot cross-entropy over symlog bins. With --dreamer-novelty-coef > 0 (dreamer-dtc) the
+   --dreamer-slow-critic-reg > 0, towards the slow critic; with --dreamer-replay-value > 0, also on lambda-returns
+   along the replayed real sequences, DreamerV3's replay value loss), by squared error or, with
+   --dreamer-critic-bins, by two-hot cross-entropy over symlog bins. With --dreamer-novelty-coef > 0 (dreamer-dtc) the
    imagined reward also holds the members' disagreement about each imagined next observation (Plan2Explore),
    normalised and gained by competence as in part 1. With --dreamer-survival-penalty p > 0 each imagined step's
    reward loses p x (1 - its continuation probability). With --dreamer-horizons (dreamer-dtc) each actor-critic step
@@ -154,6 +155,25 @@ def lambda_returns(reward, cont, next_value, gamma, lam):
     return returns
 
 
+def replay_returns(reward, terminated, done, boot, gamma, lam):
+    """Lambda-returns along replayed real sequences [L, B] (DreamerV3's replay value targets) and their weights:
+    R_t = r_t + gamma ((1 - lambda) boot_{t+1} + lambda R_{t+1}) within an episode, r_t where transition t ended it
+    (terminated), boot_t where a time limit cut it (its future is unknown: the dream's own return stands in, weight
+    0), and R_{L-1} = boot_{L-1} (weight 0). `boot[t]` is the dreams' lambda-return from the state at step t."""
+
+    def backward(tail, x):
+        r, term, cut, b_next, b = x
+        ret = jnp.where(term, r, jnp.where(cut, b, r + gamma * ((1.0 - lam) * b_next + lam * tail)))
+        return ret, ret
+
+    cut = done & ~terminated
+    _, head = jax.lax.scan(backward, boot[-1], (reward[:-1], terminated[:-1], cut[:-1], boot[1:], boot[:-1]),
+                           reverse=True)
+    returns = jnp.concatenate([head, boot[-1:]], 0)
+    weight = jnp.concatenate([(~cut[:-1]).astype(jnp.float32), jnp.zeros_like(boot[:1])], 0)
+    return returns, weight
+
+
 def update_return_scale(scale, ready, returns, decay: float):
     """DreamerV3's return scale S: an EMA (decay `decay`) of the lambda-returns' 95th - 5th percentile (the first
     batch's range itself while not `ready`). The advantages are divided by max(1, S) (--dreamer-advantage-norm
@@ -184,8 +204,11 @@ def critic_values(raw, bins: int, symlog_critic: bool):
     return rssm.symexp(raw[..., 0])
 
 
-def actor_critic_loss(network, ac_params, slow_params, traj, final_obs, reward, return_scale, hyper, opts):
-    """DreamerV3-style loss on one batch of dreams (all inputs are data: no gradient leaves through them).
+def actor_critic_loss(network, ac_params, slow_params, traj, final_obs, reward, return_scale, hyper, opts,
+                      replay=None):
+    """DreamerV3-style loss on one batch of dreams (all inputs are data: no gradient leaves through them), and with
+    `replay` (--dreamer-replay-value: the replayed sequences the dreams started from, {"inputs": the critic's input
+    at each start [L * B, ...], "reward", "terminated", "done": [L, B]}) the critic's replay value loss.
     Returns (total, (stats, returns))."""
     bins = opts.critic_bins
     out, raw = network.apply(ac_params, traj["obs"], method="outputs")
@@ -217,8 +240,19 @@ def actor_critic_loss(network, ac_params, slow_params, traj, final_obs, reward, 
         critic_error = critic_error + opts.slow_critic_reg * critic_targets(raw, sg(slow_value[:-1]), bins,
                                                                               opts.symlog_critic)
     critic_loss = jnp.mean(weight * critic_error)
+    replay_stats = {}
+    if replay is not None:  # starts are time-major (start_states): start t * B + b is replayed step t of sequence b
+        shape = replay["reward"].shape
+        targets, replay_weight = replay_returns(replay["reward"], replay["terminated"], replay["done"],
+                                                sg(returns[0]).reshape(shape), hyper["gamma"], hyper["gae_lambda"])
+        replay_raw = network.apply(ac_params, replay["inputs"], method="outputs")[1]
+        replay_error = critic_targets(replay_raw.reshape(shape + replay_raw.shape[1:]), sg(targets), bins,
+                                      opts.symlog_critic)
+        replay_loss = jnp.sum(replay_weight * replay_error) / jnp.maximum(jnp.sum(replay_weight), 1.0)
+        critic_loss = critic_loss + opts.replay_value * replay_loss
+        replay_stats = {"dreamer/replay_value_loss": replay_loss, "dreamer/replay_return": jnp.mean(targets)}
     total = actor_loss + hyper["vf_coef"] * critic_loss
-    stats = {"pg_loss": actor_loss, "vf_loss": critic_loss, "total_loss": total, "entropy": jnp.mean(entropy),
+    stats = {**replay_stats, "pg_loss": actor_loss, "vf_loss": critic_loss, "total_loss": total, "entropy": jnp.mean(entropy),
              "dreamer/imagined_return": jnp.mean(returns[0]), "dreamer/imagined_reward": jnp.mean(reward),
              "dreamer/imagined_cont": jnp.mean(traj["cont"]), "dreamer/value": jnp.mean(value)}
     if slow_value is not None:
@@ -280,9 +314,16 @@ def make_dreamer(config, spec, network):
         slow = state.slow_params
         if opts.reads_slow_critic:  # the first step's slow critic is the network itself
             slow = jax.tree.map(lambda s, p: jnp.where(state.slow_ready, s, p), slow, train_state.params)
+        replay = None
+        if opts.replay_value > 0:  # the replayed steps the dreams started from (after the burn-in), as data
+            real = {k: seq[k][opts.burn_in:] for k in ("obs", "reward", "terminated", "done")}
+            inputs = (traj["obs"][0] if opts.actor_input == "state"  # the start states [h, z] themselves
+                      else real["obs"].reshape((-1,) + real["obs"].shape[2:]))
+            replay = {"inputs": inputs, "reward": real["reward"], "terminated": real["terminated"],
+                      "done": real["done"]}
         grad_fn = jax.value_and_grad(actor_critic_loss, argnums=1, has_aux=True)
         (_, (stats, returns)), grads = grad_fn(network, train_state.params, slow, traj, final_obs, reward,
-                                               state.return_scale, hyper, opts)
+                                               state.return_scale, hyper, opts, replay)
         stats["grad_norm"] = optax.tree.norm(grads)
         train_state = train_state.apply_gradients(grads=grads)
         scale = update_return_scale(state.return_scale, state.slow_ready, returns, opts.return_decay)

@@ -89,6 +89,12 @@ class DreamerOptions:
     symlog_critic: bool = field(default=False, metadata={"values": "01"})
     """1: the value head predicts symlog(value) and regresses on symlog(lambda-return) (DreamerV3's critic
     works in symlog space), so its targets stay O(1) as returns grow; 0: it predicts the value itself"""
+    replay_value: float = 0.0
+    """weight of the critic's regression on replayed real sequences (DreamerV3's replay value loss, weight 0.3):
+    lambda-returns along each replayed sequence from its real rewards and terminations, bootstrapped from the
+    dreams' returns at its states, so the critic also learns where real episodes ended, which dreams from a soft
+    continuation head underrate; the critic reads the real observation there (the state, with --dreamer-actor-input
+    state). 0 = off (the critic learns from dreams alone)"""
     survival_penalty: float = 0.0
     """a survival penalty from the continuation head: each imagined step's reward loses this times the predicted
     chance that the episode ends there (1 - continuation probability). It charges every end alike, a win as well as
@@ -127,7 +133,7 @@ class DreamerOptions:
         for name in ("return_decay", "slow_critic_decay"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"--dreamer-{name.replace('_', '-')} must be in [0, 1), got {getattr(self, name)}")
-        for name in ("novelty_coef", "entropy", "slow_critic_reg", "survival_penalty"):
+        for name in ("novelty_coef", "entropy", "slow_critic_reg", "survival_penalty", "replay_value"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--dreamer-{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if self.novelty_coef > 0 and config.stages.dtc.ensemble_size < 2:
