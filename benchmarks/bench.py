@@ -425,7 +425,7 @@ CASES = {
                                                      updates_per_chunk=100, hidden_dim=64, num_layers=2, num_seeds=4)),
     "cartpole-2048x128": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=2048, num_steps=128,
                                                  updates_per_chunk=1, hidden_dim=64, num_layers=2)),
-    # The accelerator sizes (issue 18: CartPole and HackMatrix at 2048 and 8192 envs on a GPU).
+    # The accelerator sizes: CartPole and HackMatrix at 2048 and 8192 envs on a GPU.
     "cartpole-8192x128": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=8192, num_steps=128,
                                                  updates_per_chunk=1, hidden_dim=64, num_layers=2)),
     "cartpole-2048x128-reference": (bench_reference, dict(env_id="CartPole-v1", num_envs=2048, num_steps=128,
@@ -441,7 +441,7 @@ CASES = {
     "cartpole-64x128-rnd-critic": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=128,
                                                           updates_per_chunk=4, extra_stages=("rnd", "intrinsic_critic"))),
     # The dreamer agents (rollout -> dreamer: world model + actor-critic in imagination, no PPO update) at the same
-    # env batch as cartpole-64x128, default sizes (replay ratio 1, horizon 15); issue 21's goal <= 3x PPO per env step.
+    # env batch as cartpole-64x128, default sizes (replay ratio 1, horizon 15); the goal: <= 3x PPO per env step.
     "cartpole-64x128-dreamer": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64, num_steps=128,
                                                        updates_per_chunk=4, agent="dreamer")),
     "cartpole-64x128-dreamer-dtc": (bench_hephaestus, dict(env_name="gymnax:CartPole-v1", num_envs=64,
@@ -461,7 +461,7 @@ CASES = {
     # DeepSea-20 at the bsuite experiment's settings (scripts/experiments/deepsea.py: 16 envs x 32 steps, 2 x 64,
     # 4 minibatches x 4 epochs, constant lr 1e-3): what each exploration bonus costs per env step against PPO, and
     # DTC both at its defaults and at configs/deepsea-dtc.yaml's setting (randomized prior 1, replay ratio 4, every
-    # world-model draw from the last rollout), the one that solves DeepSea-30 (specs/dtc.md). Issue 20.
+    # world-model draw from the last rollout), the one that solves DeepSea-30 (specs/dtc.md).
     "deepsea20-16x32": (bench_hephaestus, dict(env_name="deepsea:20", **DEEPSEA_PROTOCOL)),
     "deepsea20-16x32-count": (bench_hephaestus, dict(env_name="deepsea:20", agent="count", **DEEPSEA_PROTOCOL)),
     "deepsea20-16x32-rnd": (bench_hephaestus, dict(env_name="deepsea:20", agent="rnd", **DEEPSEA_PROTOCOL)),
@@ -473,14 +473,13 @@ CASES = {
                                                                    config_file="configs/deepsea-dtc.yaml",
                                                                    **DEEPSEA_PROTOCOL)),
     "hackmatrix-random-2048": (bench_random_policy, dict(env_name="hackmatrix", num_envs=2048, steps_per_chunk=64)),
-    # Defaults (configs/hackmatrix-tpu.yaml's: the ego encoder at half width, 128 and cell 8, and since 2 Dec the
-    # exit-rush-collector teacher; the -h128c8 case below keeps the 29 Nov-2 Dec exit-rush-programs; exact uint8
-    # observation storage, R94's quirk off in training since 2 Dec, programs acquired paid on the clear since 5 Dec,
-    # and since 6 Dec the late-start curriculum, whose resets build stages 2-8: -acquired2 is the training env of
-    # 5-6 Dec, without it, to measure what it costs), then one option changed
-    # each: the defaults of 27-29 Nov (-safe256: full width, exit-rush-safe), the one before (-mlp: MLP, exit-rush
-    # teacher), the other encoders, float32 storage (the default before uint8). Issue 3's targets at 2048 x 128:
-    # >= 18,000 env steps/s, peak < 2 GiB, compile < 15 s.
+    # Defaults (configs/hackmatrix-tpu.yaml's: the ego encoder at half width, 128 and cell 8, the exit-rush-collector
+    # teacher (the -h128c8 case below keeps the exit-rush-programs one), exact uint8 observation storage, R94's quirk
+    # off in training, programs acquired paid on the clear, and the late-start curriculum, whose resets build stages
+    # 2-8: -acquired2 is the training env without the curriculum, to measure what it costs), then one option changed
+    # each: two former defaults (-safe256: full width, exit-rush-safe; -mlp: MLP, exit-rush teacher), the other
+    # encoders, float32 storage (the default before uint8). The targets at 2048 x 128: >= 18,000 env steps/s,
+    # peak < 2 GiB, compile < 15 s.
     "hackmatrix-ppo-2048x128": (bench_hephaestus, dict(HACKMATRIX_2048X128)),
     "hackmatrix-ppo-2048x128-acquired2": (bench_hephaestus, dict(HACKMATRIX_2048X128, env_params=(
         "program_played_coef=10", "siphon_death_penalty=0", "program_played_at_clear=1", "undo_across_stages=0",
@@ -499,10 +498,11 @@ CASES = {
                                                     updates_per_chunk=4)),
     "hackmatrix-ppo-64x32-seeds4": (bench_hephaestus, dict(env_name="hackmatrix", num_envs=64, num_steps=32,
                                                            updates_per_chunk=4, num_seeds=4)),
-    # Every agent on HackMatrix at its CPU-sized default batch (64 envs x 128 steps), issue 21's cost per env step
-    # on a second env: PPO at the defaults (ego encoder, the collector teacher), PPO on the dreamers' own network
-    # (the MLP, no teacher: what --agent dreamer settles), PPO + DTC's bonus (replay ratio 1, and 0.25 as the
-    # exploration screen of specs/hackmatrix.md ran it), RND, and the two dreamers (replay ratio 1, horizon 15).
+    # Every agent on HackMatrix at its CPU-sized default batch (64 envs x 128 steps), the dreamers' cost per env step
+    # (goal <= 3x PPO's) on a second env: PPO at the defaults (ego encoder, the collector teacher), PPO on the
+    # dreamers' own network (the MLP, no teacher: what --agent dreamer settles), PPO + DTC's bonus (replay ratio 1,
+    # and 0.25 as the exploration screen of specs/hackmatrix.md ran it), RND, and the two dreamers (replay ratio 1,
+    # horizon 15).
     "hackmatrix-ppo-64x128": (bench_hephaestus, dict(HACKMATRIX_64X128)),
     "hackmatrix-ppo-64x128-mlp": (bench_hephaestus, dict(HACKMATRIX_64X128, encoder="mlp", teacher="none")),
     "hackmatrix-64x128-dtc": (bench_hephaestus, dict(HACKMATRIX_64X128, agent="dtc")),
@@ -524,7 +524,7 @@ CASES = {
     "hackmatrix-ppo-2048x128-salience": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="salience")),
     "hackmatrix-ppo-2048x128-mlp": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp", teacher="exit-rush")),
     "hackmatrix-ppo-2048x128-f32": (bench_hephaestus, dict(HACKMATRIX_2048X128, obs_dtype="float32")),
-    # The teachers' cost on the MLP (as first measured, beside -mlp's exit-rush): --teacher none, and the
+    # The teachers' cost on the MLP (measured beside -mlp's exit-rush): --teacher none, and the
     # look-ahead teachers (four move-or-attacks and up to three breadth-first searches per env per step, not one).
     "hackmatrix-ppo-2048x128-noteacher": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp", teacher="none")),
     # The port's network size on our pipeline (bench.py --port-dir, hackmatrix-ppo-2048x128-port): the MLP at 2 x 256,
@@ -532,7 +532,7 @@ CASES = {
     # between actor and critic and runs 4 x 4 on float32 observations.
     "hackmatrix-ppo-2048x128-mlp256": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp", hidden_dim=256,
                                                               teacher="none")),
-    # Today's defaults without their teacher: the collector's cost, which a run pays after its weight reaches 0 too.
+    # The defaults without their teacher: the collector's cost, which a run pays after its weight reaches 0 too.
     "hackmatrix-ppo-2048x128-ego-noteacher": (bench_hephaestus, dict(HACKMATRIX_2048X128, teacher="none")),
     "hackmatrix-ppo-2048x128-safe": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="mlp",
                                                             teacher="exit-rush-safe")),
@@ -545,7 +545,7 @@ CASES = {
     "hackmatrix-ppo-2048x128-h128": (bench_hephaestus, dict(HACKMATRIX_2048X128, hidden_dim=128, encoder="mlp")),
     # The ego student at half width and half the cell embedding (--hidden-dim 128 --cell-dim 8), with the programs
     # teacher: trained 2.0-2.1x faster than the full width at 2048 envs on the 2-core CPU, learning slower per env
-    # step (specs/hackmatrix.md, "A narrower ego student"); HackMatrix's defaults from 29 Nov to 2 Dec, named in full.
+    # step (specs/hackmatrix.md, "A narrower ego student"); a former HackMatrix default, named in full.
     "hackmatrix-ppo-2048x128-h128c8": (bench_hephaestus, dict(HACKMATRIX_2048X128, encoder="ego", hidden_dim=128, cell_dim=8,
                                                               teacher="exit-rush-programs")),
 }

@@ -5,8 +5,8 @@
     python benchmarks/cold_starts.py --starts 5 --xla-flags "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 Configurations:
-  dtc    scripts/train_purejaxrl.py --env hackmatrix --agent dtc --num-envs 16 --num-steps 32, one update (the run
-         from issue 23, cut to its first update: the deadlock it met is in the fresh runner state's program);
+  dtc    scripts/train_purejaxrl.py --env hackmatrix --agent dtc --num-envs 16 --num-steps 32, one update (a run
+         that deadlocked at its start, cut to its first update: the deadlock it met is in the fresh runner state's program);
          --dtc-env picks another env.
   seeds  the fresh runner state's program (network, optimizer, env reset) vmapped over 8 seeds, CartPole at the
          default width: what a many-seeds run compiles and runs first.

@@ -5,7 +5,7 @@
     python benchmarks/startup_timeline.py --rounds 2 . -- --env gymnax:CartPole-v1
 
 Starts `scripts/train_purejaxrl.py` of each checkout (its own `python/` first on PYTHONPATH, its own compilation
-cache), by default HackMatrix at 2048 x 128 (issue 18's case), records the seconds since the process started at
+cache), by default HackMatrix at 2048 x 128 (the start-up goal's size, specs/results/speed.md), records the seconds since the process started at
 which the `run`, `setup:` and `compile:` lines appear, and stops the run at `compile:`. Each checkout's first round
 is cold only if its cache is empty (delete `CHECKOUT/.jax_cache` first); later rounds are warm. Flags after `--`
 replace the run's own (the default: --num-envs 2048 --num-steps 128).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The dreamer against PPO on CartPole-v1 (issue 21): env steps to a return of 475, over seeds, and the world
+"""The dreamer against PPO on CartPole-v1: env steps to a return of 475, over seeds, and the world
 model's open-loop prediction error.
 
 Trains each agent once with --num-seeds S (all seeds in one vmapped program, seeds 0..S-1), reads every seed's

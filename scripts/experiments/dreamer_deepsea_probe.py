@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Why does the dreamer find DeepSea's treasure and not go back? One training seed, then a look inside (issue 21).
+"""Why does the dreamer find DeepSea's treasure and not go back? One training seed, then a look inside.
 
 Trains `--agent dreamer` on DeepSea-N with the DeepSea experiment's settings (scripts/experiments/deepsea.py: 16
 envs x 32 steps, lr 1e-3, sequences of 8, `--episodes` episodes) for one seed, then reads the final state:

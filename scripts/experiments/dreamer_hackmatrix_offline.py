@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Can the dreamer's world model learn HackMatrix at all, given the data? An offline study (issue 21).
+"""Can the dreamer's world model learn HackMatrix at all, given the data? An offline study.
 
 The probe (`dreamer_hackmatrix_probe.py`) found the world model of a dreamer run carrying almost none of the reward
 after 3e5 env steps at replay ratio 1 (1,184 gradient steps, each transition seen about once). This separates the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Why does the dreamer not learn HackMatrix? One training seed, then a look inside its world model (issue 21).
+"""Why does the dreamer not learn HackMatrix? One training seed, then a look inside its world model.
 
 Trains `--agent dreamer` on HackMatrix through the pipeline's own config (the training script's flags: anything
 after `--` goes to it, e.g. `-- --dreamer-entropy 0.1`), for one seed as one compiled chunk, then reads the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Whose advantages fill a HackMatrix PPO batch? The share of each start stage in one batch's advantages (issue 22).
+"""Whose advantages fill a HackMatrix PPO batch? The share of each start stage in one batch's advantages.
 
 PPO normalises a minibatch's advantages together (mean 0, std 1), so games whose advantages are large set the scale
 for all. With the stage curriculum (`curriculum_share`), a game that starts on stage 7 or 8 plays for stage rewards

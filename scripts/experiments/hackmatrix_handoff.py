@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What would a HackMatrix agent win if a scripted player took over its later stages? (issue 22's victories)
+"""What would a HackMatrix agent win if a scripted player took over its later stages? (the goal of a victory in 1000 games)
 
 The agent plays its greedy game of the rules until the stage given by `--from-stages`; from that stage on the scripted
 policy (`--teacher`, default exit-rush-collector, the agent's own teacher) plays. `--from-stages 9` never hands over:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Does a HackMatrix agent replay exits with R94's UNDO quirk? Its choice on the first step of a stage (issue 22).
+"""Does a HackMatrix agent replay exits with R94's UNDO quirk? Its choice on the first step of a stage.
 
 R94 (faithful to the Swift game) keeps the UNDO history across a stage change: an UNDO on the first step of a new
 stage restores the previous stage's board while the stage number stays, so walking onto the same exit again clears

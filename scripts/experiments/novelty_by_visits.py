@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Does a novelty signal single out the DeepSea cells an agent has never visited? (issue 20's "say why")
+"""Does a novelty signal single out the DeepSea cells an agent has never visited?
 
 DTC's world model (surprise, every draw from the last rollout; --prior-scale 1 --replay-ratio 4 for the randomized
 prior of configs/deepsea-dtc.yaml) and RND's

@@ -1,6 +1,6 @@
 """The gymnax environment interface for our own envs, without importing gymnax: its package import loads every
 gymnax env and its plotting stack (seaborn, matplotlib), about 1.5 s of every HackMatrix start on a 2-core CPU
-(issue 18). The spaces and the base class mirror gymnax 1.x's (same names, fields and `reset` contract), so
+(specs/results/speed.md, "HackMatrix start-up"). The spaces and the base class mirror gymnax 1.x's (same names, fields and `reset` contract), so
 gymnax-style code reads our envs unchanged; the adapter (adapters.adapt_gymnax) tells the spaces apart by their
 fields, so it accepts gymnax's own as well."""
 

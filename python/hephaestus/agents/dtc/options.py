@@ -66,7 +66,7 @@ class DTCOptions:
     """per-member global-norm gradient clip"""
     replay_ratio: float = 1.0
     """replayed transitions per env step (sets the world-model gradient steps per update); 0: a frozen model.
-    The old fixed 1 step per update was a ratio of 0.25 on DeepSea and the ensemble barely learned (issue 20)"""
+    A fixed 1 step per update, a ratio of 0.25 on DeepSea, left the ensemble barely learning"""
     bootstrap: bool = field(default=True, metadata={"values": "01"})
     """1: each member trains on its own replay draws (bootstrap); 0: all on one shared batch"""
     wm_batch: int = 16

@@ -1,4 +1,4 @@
-"""HackMatrix: JAX-native gymnax environment (issue 3). See specs/hackmatrix.md.
+"""HackMatrix: JAX-native gymnax environment. See specs/hackmatrix.md.
 
 Its training defaults (training.py) are declared on import, without jax; the environment's own modules load on
 first use of one of the names below (`from hephaestus.envs.hackmatrix import HackMatrix`)."""

@@ -274,7 +274,7 @@ CURRICULUM_RESOURCES_PER_STAGE = 8
 
 
 def curriculum_start(start: EnvState, sd, share, max_stage, program_prob) -> EnvState:
-    """A training curriculum (issue 22; not a rule of the game): with probability ``share`` the new game ``start``
+    """A training curriculum (not a rule of the game): with probability ``share`` the new game ``start``
     (``new_game_start``'s, before its first stage is generated) is moved to a stage uniform in 2..``max_stage``,
     as a player who cleared the stages before it: the scheduled-task interval of that stage (13 - stage, R68) and
     the resources of CURRICULUM_RESOURCES_PER_STAGE, each program with probability ``program_prob`` per skipped

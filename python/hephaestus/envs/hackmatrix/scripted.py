@@ -1,4 +1,4 @@
-"""Scripted HackMatrix policies: simple baselines a trained agent should beat (issue 22), played by
+"""Scripted HackMatrix policies: simple baselines a trained agent should beat, played by
 ``scripts/evaluate.py --scripted NAME --env hackmatrix`` through the evaluation program of training.
 
 Each is a pure ``(state, mask, key) -> int32 action`` on one env's state and its action mask, so it vmaps and
@@ -25,7 +25,7 @@ what the observation allows.
 * ``exit-rush-collector``: ``exit-rush-programs`` that values a game's first program (a cross with a new program
   while the player owns none) at ``FIRST_PROGRAM_VALUE`` steps of detour instead of ``NEW_PROGRAM_VALUE``, and
   plays any program it owns (but UNDO) as a last resort, when the step it chose would take its last HP: a
-  teacher that owns and plays programs far more often, at a price in stages (issue 22: the students own few).
+  teacher that owns and plays programs far more often, at a price in stages (the students own few).
 """
 import jax
 import jax.numpy as jnp

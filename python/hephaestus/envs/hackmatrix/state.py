@@ -86,7 +86,7 @@ class EnvParams:
     # stage's grid and the exit can be walked onto again (stage farming). True = faithful.
     undo_across_stages: bool = True
     siphon_quality_coef: float = 0.025   # R117 = 0.5 * 0.05 per missed credit/energy (subtracted)
-    # Training curriculum (issue 22; not a rule): this share of new games starts on a stage uniform in
+    # Training curriculum (not a rule): this share of new games starts on a stage uniform in
     # 2..curriculum_max_stage, with a player's resources (generate.curriculum_start). 0 = the game as the rules
     # define it, which is what evaluations always play.
     curriculum_share: float = 0.0
@@ -109,11 +109,11 @@ class EnvParams:
     # seeds, it made programs rarer still (47% -> 31% of games; specs/hackmatrix.md, "Programs exempt from the
     # scale"): no shipped default uses it. Ignored while curriculum_reward_scale is off or curriculum_share is 0.
     curriculum_programs_unscaled: bool = False
-    # Training shaping (issue 22; not a rule: R119 pays nothing for a program acquired): this much per program
+    # Training shaping (not a rule: R119 pays nothing for a program acquired): this much per program
     # newly owned, as the change in the number owned, so UNDO's restore of ownedPrograms (R92, R93) takes it back
     # and acquire-and-undo loops earn nothing. 0 = the rules' reward, which is what evaluations always play.
     program_acquired_coef: float = 0.0
-    # Training shaping (issue 22; not a rule): this much the first time in a game each program is played (a valid
+    # Training shaping (not a rule): this much the first time in a game each program is played (a valid
     # program action), so at most 23 times per game: playing one program over and over, or UNDO loops, earn it
     # once. 0 = the rules' reward.
     program_played_coef: float = 0.0
