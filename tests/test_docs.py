@@ -26,8 +26,8 @@ def test_readme_is_short_and_puts_train_watch_wandb_and_results_first():
         assert needle in first, needle
 
 
-def test_no_dates_or_issue_numbers_in_readme_configs_and_design_specs():
-    files = [ROOT / "README.md", *sorted((ROOT / "configs").iterdir()), *DESIGN_SPECS]
+def test_no_dates_or_issue_numbers_in_readme_configs_design_specs_and_result_pages():
+    files = [ROOT / "README.md", *sorted((ROOT / "configs").iterdir()), *DESIGN_SPECS, *RESULT_PAGES]
     found = [f"{path.relative_to(ROOT)}:{i}: {m.group(0)!r}" for path in files
              for i, line in enumerate(path.read_text().splitlines(), 1) for m in HISTORY.finditer(line)]
     assert not found, "\n".join(found)
