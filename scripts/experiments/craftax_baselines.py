@@ -15,11 +15,12 @@ changed where this script says so; ours gets the same values:
   ours with --recurrent gru --recurrent-embed LAYER_SIZE --num-layers 2 --activation relu.
 
 Each side runs in a fresh process (theirs with `--reference-python`, default this interpreter); by default all four
-at once on a CPU (`--parallel`), one at a time with `--gpu`. Ours trains its seeds in one vmapped program
-(--num-seeds); theirs compiles its make_train once and calls it once per seed (their NUM_REPEATS vmaps the
+at once on a CPU (`--parallel`), one at a time, each with the machine to itself, with `--no-parallel` (the default
+with `--gpu`). Theirs compiles its make_train once and calls it once per seed (their NUM_REPEATS vmaps the
 seeds, but run that way here, jit of vmap with their per-update callback, both their processes hung: every thread
-waiting, no CPU used for minutes, nothing printed), so their seeds run one after another at a third of our per-call
-batch. Curves are the training episodes' own statistics (their LogWrapper's per-update means; our episode/ metrics), both reduced the same
+waiting, no CPU used for minutes, nothing printed), so their seeds run one after another; ours does the same by
+default (one program per seed, `--our-seeds sequential`), or trains all its seeds in one vmapped program as
+--num-seeds does (`--our-seeds vmapped`, three times the batch per call). Curves are the training episodes' own statistics (their LogWrapper's per-update means; our episode/ metrics), both reduced the same
 way: each update's mean over the episodes that ended in it, averaged over the updates of each of `--points` equal
 stretches of the run; the score of a stretch is Crafter's score of its mean achievement success rates. Steps/s:
 env steps of all seeds per second of the run after its first point (compilation and the first stretch left out),
@@ -121,32 +122,54 @@ print("RESULT " + json.dumps({"compile_s": t1 - t0, "compile_cpu_s": c1 - c0, "r
                               "num_updates": config["NUM_UPDATES"], "batch": config["NUM_ENVS"] * config["NUM_STEPS"]}))
 """
 
-# Ours in a fresh process: make_train, one chunk per point, each timed; the chunks' per-update metrics kept.
+# Ours in a fresh process: make_train, one chunk per point, each timed; the chunks' per-update metrics kept. Its
+# seeds run as theirs do, one program per seed, one after another (`sequential`), or as --num-seeds trains them,
+# all in one vmapped program (`vmapped`).
 OURS = r"""
 import json, sys, time
 import numpy as np
 from hephaestus.config.train_config import TrainConfig, resolve
 from hephaestus.core.ppo import make_train
-options, points = json.loads(sys.argv[1]), int(sys.argv[2])
+options, points, vmapped = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "vmapped"
 updates = options["total_timesteps"] // (options["num_envs"] * options["num_steps"])
-config = resolve(TrainConfig.from_flat(**options, log_interval=max(1, updates // points)))[0]
-t0 = time.perf_counter()
-trainer = make_train(config)
-runner, chunk = trainer
-t1 = time.perf_counter()
-chunks, done = [], 0
-while done < updates:
-    t, c = time.perf_counter(), time.process_time()
-    runner, metrics = chunk(runner)
-    metrics = {k: np.asarray(v, np.float64) for k, v in metrics.items()
-               if k in ("mean_episode_return", "num_episodes") or (k.startswith("episode/") and k.endswith("_rate"))}
-    n = len(metrics["num_episodes"])
-    done += n
-    print(f"update {done}/{updates} in {time.perf_counter() - t:.0f} s, {time.process_time() - c:.0f} CPU-s", flush=True)
-    chunks.append({"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - c, "updates": n, "metrics": {k: v.tolist() for k, v in metrics.items()}})
-print("RESULT " + json.dumps({"setup_s": t1 - t0, "chunks": chunks, "num_updates": updates,
-                              "batch": options["num_envs"] * options["num_steps"]}))
+programs = [options] if vmapped else [dict(options, seed=options["seed"] + i, num_seeds=1)
+                                      for i in range(options["num_seeds"])]
+runs = []
+for i, program in enumerate(programs):
+    config = resolve(TrainConfig.from_flat(**program, log_interval=max(1, updates // points)))[0]
+    t0 = time.perf_counter()
+    runner, chunk = make_train(config)
+    t1 = time.perf_counter()
+    chunks, done = [], 0
+    while done < updates:
+        t, c = time.perf_counter(), time.process_time()
+        runner, metrics = chunk(runner)
+        metrics = {k: np.asarray(v, np.float64) for k, v in metrics.items()
+                   if k in ("mean_episode_return", "num_episodes") or (k.startswith("episode/") and k.endswith("_rate"))}
+        n = len(metrics["num_episodes"])
+        done += n
+        print(f"program {i} update {done}/{updates} in {time.perf_counter() - t:.0f} s, {time.process_time() - c:.0f} CPU-s", flush=True)
+        chunks.append({"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - c, "updates": n,
+                       "metrics": {k: v.reshape(n, -1).tolist() for k, v in metrics.items()}})
+    runs.append({"setup_s": t1 - t0, "chunks": chunks})
+print("RESULT " + json.dumps({"runs": runs, "num_updates": updates, "batch": options["num_envs"] * options["num_steps"]}))
 """
+
+
+def merge_programs(result: dict) -> dict:
+    """OURS's result as one program's: each chunk's time summed over the programs (seeds run one after another) and
+    its metrics [updates, seeds] side by side in seed order."""
+    import numpy as np
+
+    runs = result["runs"]
+    chunks = []
+    for parts in zip(*(run["chunks"] for run in runs)):
+        chunks.append({"seconds": sum(c["seconds"] for c in parts), "cpu_seconds": sum(c["cpu_seconds"] for c in parts),
+                       "updates": parts[0]["updates"],
+                       "metrics": {k: np.concatenate([np.asarray(c["metrics"][k]) for c in parts], axis=1).tolist()
+                                   for k in parts[0]["metrics"]}})
+    return {"setup_s": sum(run["setup_s"] for run in runs), "chunks": chunks, "num_updates": result["num_updates"],
+            "batch": result["batch"]}
 
 
 class Job:
@@ -161,9 +184,14 @@ class Job:
         with open(log + ".out", "w") as out, open(log + ".err", "w") as err:
             self.proc = subprocess.Popen([python, "-c", code, *args], stdout=out, stderr=err, env=env)
 
-    def result(self) -> dict:
+    def wait(self) -> int:
         code = self.proc.wait()
-        self.wall_s = time.time() - self.start
+        if not hasattr(self, "wall_s"):
+            self.wall_s = time.time() - self.start
+        return code
+
+    def result(self) -> dict:
+        code = self.wait()
         lines = open(self.log + ".out").read().splitlines()
         line = next((l for l in lines if l.startswith("RESULT ")), None)
         if code or line is None:
@@ -239,15 +267,18 @@ def summarise_side(rows: list[dict], achievements: list[str], points: int, batch
             "final_rates": {a: last[a] for a in achievements}}
 
 
-def start_jobs(arch: str, args, logs: str) -> dict:
-    """Theirs and ours for `arch`, started at once (each in its own process)."""
+def start_jobs(arch: str, args, logs: str, one_at_a_time: bool = False) -> dict:
+    """Theirs and ours for `arch`, each in its own process: started at once, or (`one_at_a_time`) theirs run to its
+    end before ours starts, so each has the machine to itself."""
     config = their_config(arch, args.reference_dir, args.num_envs, args.env_steps, args.seed, args.num_seeds)
     options = our_options(arch, config)
-    jobs = {"theirs": Job(f"their {SCRIPTS[arch]}", THEIRS, [SCRIPTS[arch][:-3], json.dumps(config), str(args.points)],
-                          args.reference_python, f"{logs}_{arch}_theirs", args.reference_dir),
-            "ours": Job(f"ours ({arch})", OURS, [json.dumps(options), str(args.points)], sys.executable,
-                        f"{logs}_{arch}_ours")}
-    return {"arch": arch, "their_config": config, "our_options": options, "jobs": jobs}
+    theirs = Job(f"their {SCRIPTS[arch]}", THEIRS, [SCRIPTS[arch][:-3], json.dumps(config), str(args.points)],
+                 args.reference_python, f"{logs}_{arch}_theirs", args.reference_dir)
+    if one_at_a_time:
+        theirs.wait()
+    ours = Job(f"ours ({arch})", OURS, [json.dumps(options), str(args.points), args.our_seeds], sys.executable,
+               f"{logs}_{arch}_ours")
+    return {"arch": arch, "their_config": config, "our_options": options, "jobs": {"theirs": theirs, "ours": ours}}
 
 
 class Logged:
@@ -287,7 +318,7 @@ def finish_jobs(started: dict, args) -> dict:
                          wall_s=jobs["theirs"].wall_s,
                          steps_per_s=steps / max(wall, 1e-9), steps_per_cpu_s=steps / max(cpu, 1e-9))
 
-    ours = jobs["ours"].result()
+    ours = merge_programs(jobs["ours"].result())
     later = ours["chunks"][1:] or ours["chunks"]
     steps = sum(c["updates"] for c in later) * batch * args.num_seeds
     out["ours"] = summarise_side(ours_per_update(ours, achievements, args.num_seeds), achievements, args.points,
@@ -367,8 +398,11 @@ def build_parser():
                    help=f"env steps per seed (default {CPU_TIMESTEPS}; with --gpu {GPU_TIMESTEPS:.0e})")
     p.add_argument("--points", type=int, default=8, help="stretches of each curve (default 8)")
     p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=None,
-                   help="run all sides' processes at once (default: on, off with --gpu); speeds are compared per "
-                        "CPU-second, which sharing the machine leaves alone, and per wall second")
+                   help="run all sides' processes at once (default: on, off with --gpu); --no-parallel runs one "
+                        "process at a time, each with the machine to itself, so wall-clock env steps/s compare")
+    p.add_argument("--our-seeds", choices=("sequential", "vmapped"), default="sequential",
+                   help="how ours runs its seeds: sequential, one program per seed, one after another, as theirs "
+                        "(the same batch per call; default); vmapped, all in one program, as --num-seeds trains them")
     p.add_argument("--from-logs", action="store_true",
                    help="run nothing: read the jobs' OUT_<arch>_<side>.out files of an earlier run with these settings")
     add_seeds(p, num_seeds=3)
@@ -406,9 +440,9 @@ def main(argv=None) -> int:
     elif args.parallel:  # every job at once: on a shared CPU each side gets the same share of the machine
         started = [start_jobs(arch, args, out) for arch in args.archs]
         results = [finish_jobs(s, args) for s in started]
-    else:  # one side at a time (a GPU: the device to itself)
+    else:  # one process at a time (a GPU: the device to itself)
         for arch in args.archs:
-            started = start_jobs(arch, args, out)
+            started = start_jobs(arch, args, out, one_at_a_time=True)
             results.append(finish_jobs(started, args))
     lines = table(results, args)
     paths = [write_json(out, {"args": vars(args), "results": results}), write_md(out, "\n".join(lines)),
