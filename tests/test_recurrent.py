@@ -79,6 +79,17 @@ def test_the_update_replays_the_rollouts_log_probs_and_values_across_episode_end
     assert np.abs(np.asarray(batch["carry0"])).max() > 0  # the second rollout started from a carried state
 
 
+def test_the_network_description_carries_the_cell_and_its_input_layer():
+    spec = nets.NetworkSpec(obs_dim=5, action_dim=2, discrete=True, hidden_dim=8, num_layers=1, recurrent="gru",
+                            recurrent_embed=6)
+    meta = spec.to_meta()
+    assert meta["recurrent"] == "gru" and meta["recurrent_embed"] == 6
+    assert nets.NetworkSpec.from_meta(meta) == spec
+    plain = nets.NetworkSpec(obs_dim=5, action_dim=2, discrete=True, hidden_dim=8, num_layers=1, recurrent="gru")
+    assert "recurrent_embed" not in plain.to_meta()  # files without the layer read back as before
+    assert nets.NetworkSpec.from_meta(plain.to_meta()).recurrent_embed == 0
+
+
 def play(agent, games: int, carry_state: bool) -> float:
     """Mean greedy return of `games` MemoryChain games played together through Agent.act; without `carry_state` the
     agent is handed a fresh state at every step (what a policy without memory sees)."""
