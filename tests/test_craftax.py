@@ -3,6 +3,7 @@ evaluations, and the presentation watch_agent.py shows. The score's arithmetic a
 checked on a stand-in env; the tests that need the craftax package skip only where it is not installed."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -176,3 +177,36 @@ def test_only_the_envs_whose_episode_ended_get_a_new_world(monkeypatch):
     Env.is_truncated = lambda self, state, limit: state.t >= limit
     assert craftax_env.CraftaxWithStats(Env(), "Craftax-Classic-Symbolic-v1").may_truncate is True
     assert with_obs_structure(EnvSpec("g", 1, True, 3), object()).may_truncate is True  # the default: it may
+
+
+def _side_by_side_script():
+    from hephaestus.tools.entry_points import load_script
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return load_script(os.path.join(root, "scripts", "experiments", "craftax_baselines.py"), "craftax_baselines")
+
+
+def test_the_side_by_side_reads_their_defaults_maps_the_networks_and_merges_our_per_seed_programs(tmp_path):
+    """scripts/experiments/craftax_baselines.py without running either side: their argparse defaults read from the
+    file, the same network on ours (the GRU with the Dense in front of its cell), one-line errors for a folder
+    without their code, and our per-seed programs merged into one program's per-update [updates, seeds] metrics."""
+    cb = _side_by_side_script()
+    (tmp_path / "ppo_rnn.py").write_text('import argparse\np = argparse.ArgumentParser()\n'
+                                         'p.add_argument("--layer_size", type=int, default=512)\n'
+                                         'p.add_argument("--seed", type=int, default=np.random.randint(2**31))\n')
+    assert cb.their_defaults(str(tmp_path / "ppo_rnn.py")) == {"LAYER_SIZE": 512}  # the seed's default is no literal
+    config = {"NUM_ENVS": 64, "NUM_STEPS": 64, "TOTAL_TIMESTEPS": 4096, "LR": 2e-4, "ANNEAL_LR": True,
+              "GAMMA": 0.99, "GAE_LAMBDA": 0.8, "CLIP_EPS": 0.2, "ENT_COEF": 0.01, "VF_COEF": 0.5,
+              "MAX_GRAD_NORM": 1.0, "NUM_MINIBATCHES": 8, "UPDATE_EPOCHS": 4, "LAYER_SIZE": 512, "SEED": 0,
+              "NUM_REPEATS": 3}
+    rnn = cb.our_options("rnn", config)
+    assert rnn["recurrent"] == "gru" and rnn["recurrent_embed"] == 512 and rnn["num_layers"] == 2
+    assert cb.our_options("mlp", config)["recurrent"] == "none"
+    with pytest.raises(SystemExit) as exit_info:
+        cb.main(["--reference-dir", str(tmp_path / "missing"), "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    runs = [{"setup_s": 1.0, "chunks": [{"seconds": 2.0, "cpu_seconds": 3.0, "updates": 2,
+                                         "metrics": {"num_episodes": [[s], [s + 1]]}}]} for s in (1, 5)]
+    merged = cb.merge_programs({"runs": runs, "num_updates": 2, "batch": 4096})
+    assert merged["setup_s"] == 2.0 and merged["chunks"][0]["seconds"] == 4.0
+    assert merged["chunks"][0]["metrics"]["num_episodes"] == [[1, 5], [2, 6]]
