@@ -110,6 +110,11 @@ register_env_settler(settle_for_env)
 MASKED_LOGIT = -1e9
 
 
+def activation_fn(name: str):
+    """The hidden layers' nonlinearity of --activation: tanh or relu."""
+    return nn.tanh if name == "tanh" else nn.relu
+
+
 class MLP(nn.Module):
     hidden_dims: Sequence[int]
     out_dim: int
@@ -119,7 +124,7 @@ class MLP(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        act = nn.tanh if self.activation == "tanh" else nn.relu
+        act = activation_fn(self.activation)
         x = x.astype(self.dtype)
         for width in self.hidden_dims:
             x = nn.Dense(width, kernel_init=nn.initializers.orthogonal(math.sqrt(2)),
@@ -246,7 +251,7 @@ class SalienceEncoder(nn.Module):
 
     def _pool(self, x):
         flat, cells, channels = self.obs_cells
-        act = nn.tanh if self.activation == "tanh" else nn.relu
+        act = activation_fn(self.activation)
         board = x[..., flat:].reshape(x.shape[:-1] + (cells, channels))
         tokens = act(self.cell(board) + self.position.astype(self.dtype))
         return self.pool(tokens, x[..., :flat])
@@ -339,7 +344,7 @@ class ActorCritic(nn.Module):
         elif self.obs_cells is not None:
             x = self.encoder(x)
         if self.recurrent != "none" and self.recurrent_embed:
-            x = (nn.tanh if self.activation == "tanh" else nn.relu)(self.cell_embed(x.astype(self.dtype)))
+            x = activation_fn(self.activation)(self.cell_embed(x.astype(self.dtype)))
         return x
 
     def salience(self, obs):

@@ -160,15 +160,10 @@ def replay_returns(reward, terminated, done, boot, gamma, lam):
     R_t = r_t + gamma ((1 - lambda) boot_{t+1} + lambda R_{t+1}) within an episode, r_t where transition t ended it
     (terminated), boot_t where a time limit cut it (its future is unknown: the dream's own return stands in, weight
     0), and R_{L-1} = boot_{L-1} (weight 0). `boot[t]` is the dreams' lambda-return from the state at step t."""
-
-    def backward(tail, x):
-        r, term, cut, b_next, b = x
-        ret = jnp.where(term, r, jnp.where(cut, b, r + gamma * ((1.0 - lam) * b_next + lam * tail)))
-        return ret, ret
-
     cut = done & ~terminated
-    _, head = jax.lax.scan(backward, boot[-1], (reward[:-1], terminated[:-1], cut[:-1], boot[1:], boot[:-1]),
-                           reverse=True)
+    # lambda_returns' recursion with the bootstrap as next values: a cut step's "reward" is its dream's return and
+    # neither it nor a terminated step continues
+    head = lambda_returns(jnp.where(cut, boot, reward)[:-1], (~done).astype(jnp.float32)[:-1], boot[1:], gamma, lam)
     returns = jnp.concatenate([head, boot[-1:]], 0)
     weight = jnp.concatenate([(~cut[:-1]).astype(jnp.float32), jnp.zeros_like(boot[:1])], 0)
     return returns, weight
